@@ -1,0 +1,1 @@
+"""(ops to be added)"""

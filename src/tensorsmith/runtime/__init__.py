@@ -1,0 +1,5 @@
+"""Running engines."""
+
+from .engine import Engine
+
+__all__ = ["Engine"]
