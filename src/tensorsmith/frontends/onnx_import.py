@@ -125,12 +125,12 @@ def tensor_from_proto(t: onnx.TensorProto, where: str, base_dir: str | None = No
 
 
 def numpy_to_torch(arr: np.ndarray, dtype: DType) -> torch.Tensor:
-    arr = np.ascontiguousarray(arr)
+    arr = np.array(arr, copy=True, order="C")  # ascontiguousarray would make a 0-d array 1-d
     if dtype in (DType.BFLOAT16,):
-        return torch.from_numpy(arr.view(np.uint16).copy()).view(torch.bfloat16)
+        return torch.from_numpy(arr.view(np.uint16)).view(torch.bfloat16)
     if dtype.torch.itemsize == 1 and dtype.is_float:
-        return torch.from_numpy(arr.view(np.uint8).copy()).view(dtype.torch)
-    return torch.from_numpy(arr.copy()).to(dtype.torch)
+        return torch.from_numpy(arr.view(np.uint8)).view(dtype.torch)
+    return torch.from_numpy(arr).to(dtype.torch)
 
 
 def type_from_proto(tp: onnx.TypeProto, where: str) -> TensorType:

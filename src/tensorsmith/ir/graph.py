@@ -42,7 +42,7 @@ class Value:
 class Node:
     """One operator application. `inputs` may hold None for an omitted optional input."""
 
-    __slots__ = ("op_type", "domain", "name", "inputs", "outputs", "attrs", "opset", "graph")
+    __slots__ = ("op_type", "domain", "name", "inputs", "outputs", "attrs", "opset", "graph", "sources")
 
     def __init__(
         self,
@@ -62,6 +62,8 @@ class Node:
         self.attrs: dict[str, Any] = dict(attrs or {})
         self.opset = opset
         self.graph: Graph | None = None
+        # Names of the source-model nodes this node stands for (grows when passes fuse or fold).
+        self.sources: list[str] = [name] if name else []
         for v in inputs:
             self._add_input(v)
         for i, v in enumerate(outputs):
@@ -104,6 +106,7 @@ class Graph:
         self.initializers: dict[str, torch.Tensor] = {}
         self.values: dict[str, Value] = {}
         self.opset_imports: dict[str, int] = dict(parent.opset_imports) if parent else {}
+        self.layers: list | None = None  # list[Layer] once the graph is grouped into Layers
         self._fresh = itertools.count()
 
     # -- construction --------------------------------------------------------------
@@ -166,6 +169,40 @@ class Graph:
 
     def is_initializer(self, v: Value) -> bool:
         return v.name in self.initializers and self.values.get(v.name) is v
+
+    def insert(self, index: int, node: Node) -> Node:
+        """Place a node at a position of the node list (passes insert where its inputs exist)."""
+        node.graph = self
+        for v in node.outputs:
+            self.values[v.name] = v
+        self.nodes.insert(index, node)
+        return node
+
+    def replace_all_uses(self, old: Value, new: Value) -> None:
+        """Make every reader of `old` read `new`.
+
+        A graph output keeps its name (users bind outputs by name): when `old` is one, `new`
+        takes over the output and its name if `new` is a plain intermediate value; otherwise
+        the output stays with `old` and its producer stays in the graph."""
+        for node, i in list(old.users):
+            node.set_input(i, new)
+        if any(o is old for o in self.outputs) and old.producer is not None and self._is_plain_intermediate(new):
+            name = old.name
+            del self.values[new.name]
+            del self.values[name]
+            old.name = self.fresh_name(name + "_replaced")
+            self.values[old.name] = old
+            new.name = name
+            self.values[name] = new
+            self.outputs = [new if o is old else o for o in self.outputs]
+
+    def _is_plain_intermediate(self, v: Value) -> bool:
+        return (
+            v.producer is not None
+            and v.producer.graph is self
+            and self.values.get(v.name) is v
+            and not any(o is v for o in self.outputs)
+        )
 
     def remove_node(self, node: Node) -> None:
         for i, v in enumerate(node.inputs):

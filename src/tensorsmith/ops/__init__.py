@@ -14,6 +14,7 @@ from . import (  # noqa: E402,F401
     recurrent,
     attention,
     quantize,
+    loss,
     control_flow,
     signal,
     vision,

@@ -19,6 +19,8 @@ from .registry import InferContext, OpDef, RunContext, lookup
 # Inputs larger than this are not evaluated at build time: the point is shape values, not weights.
 CONST_EVAL_LIMIT = 4096
 _anon = itertools.count()
+# References may loop in Python over a dim (RNN steps, NMS boxes); tracing one must stay quick.
+_META_DIM_LIMIT = 1 << 16
 
 
 def _fresh_dim() -> str:
@@ -26,16 +28,16 @@ def _fresh_dim() -> str:
 
 
 def _meta_infer(op: OpDef, ctx: InferContext) -> list[TensorType]:
-    """Run the reference on meta tensors of the input shapes (symbols taken as 2)."""
+    """Run the reference on meta tensors of the input shapes (symbols taken as 2).
+
+    Constant inputs go in as meta tensors too: evaluating for real could allocate an output of
+    any size. Ops whose output shape depends on input values declare their own rule.
+    """
     args = []
     symbolic = False
     for i, t in enumerate(ctx.inputs):
         if t is None:
             args.append(None)
-            continue
-        c = ctx.const(i)
-        if c is not None:
-            args.append(c)
             continue
         if t.dtype is None or t.shape is None:
             raise LookupError("unknown input type")
@@ -43,6 +45,8 @@ def _meta_infer(op: OpDef, ctx: InferContext) -> list[TensorType]:
         for d in t.shape:
             symbolic |= isinstance(d, str)
             dims.append(d if isinstance(d, int) else 2)
+        if any(d > _META_DIM_LIMIT for d in dims):
+            raise LookupError("dims too large to trace")  # a reference may loop over a dim
         args.append(torch.empty(dims, dtype=t.dtype.torch, device="meta"))
     res = op.reference(RunContext(ctx.node), *args)
     res = res if isinstance(res, (tuple, list)) else (res,)
@@ -98,7 +102,8 @@ def infer_graph(graph: Graph, known: dict[str, torch.Tensor] | None = None) -> d
             raise ShapeInferenceError(node.name, node.op_type, f"type inference failed: {type(e).__name__}: {e}") from e
         op = lookup(node.op_type, node.domain, node.opset, node.name)
         all_known = all(v is None or c is not None for v, c in zip(node.inputs, consts))
-        values = _try_const_eval(op, node, consts) if all_known else None
+        small = all(_is_small(t) for t in out_types) and len(out_types) >= len(node.outputs)
+        values = _try_const_eval(op, node, consts) if all_known and small else None
         for i, v in enumerate(node.outputs):
             t = out_types[i] if i < len(out_types) else None
             if values is not None and i < len(values) and isinstance(values[i], torch.Tensor):
@@ -109,6 +114,16 @@ def infer_graph(graph: Graph, known: dict[str, torch.Tensor] | None = None) -> d
             if t is not None:
                 v.type = _merge(v.type, t)
     return known
+
+
+def _is_small(t: TensorType | None) -> bool:
+    """Only outputs known to be small are evaluated at build time (a bad shape must not allocate GBs)."""
+    if t is None or t.shape is None or not t.is_static:
+        return False
+    n = 1
+    for d in t.shape:
+        n *= d
+    return n <= CONST_EVAL_LIMIT
 
 
 def _merge(declared: TensorType | None, inferred: TensorType) -> TensorType:

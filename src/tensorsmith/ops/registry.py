@@ -90,6 +90,11 @@ class OpDef:
 
 
 REGISTRY: dict[tuple[str, str], OpDef] = {}
+
+# Nodes that passes create use the newest semantics of their op.
+from onnx.defs import onnx_opset_version as _onnx_opset_version  # noqa: E402
+
+LATEST_OPSET = _onnx_opset_version()
 _DOMAIN_ALIASES = {"ai.onnx": ""}
 
 

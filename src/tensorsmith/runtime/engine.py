@@ -30,6 +30,16 @@ class Engine:
     def target(self) -> str:
         return self.plan.target
 
+    @property
+    def layers(self):
+        return list(self.plan.graph.layers or [])
+
+    def layer_report(self):
+        """The Layers with the source nodes they absorbed, I/O types and tactics (see LayerReport)."""
+        from ..engine import layer_report
+
+        return layer_report(self.plan.graph)
+
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Run on `feeds`; returns {output name: value}, numpy if any feed was numpy, else torch."""
         tensors = check_feeds(feeds, self.plan.inputs)

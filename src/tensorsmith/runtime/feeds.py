@@ -25,7 +25,7 @@ def to_torch(value: Any, name: str) -> torch.Tensor:
             from ..frontends.onnx_import import numpy_to_torch
 
             return numpy_to_torch(arr, DType.from_numpy(arr.dtype))
-        return torch.from_numpy(np.ascontiguousarray(arr))
+        return torch.from_numpy(arr if arr.flags.c_contiguous else np.ascontiguousarray(arr))
     raise InputError(f"input '{name}': expected a numpy array or torch tensor, got {type(value).__name__}", name)
 
 

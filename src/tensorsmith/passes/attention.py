@@ -1,0 +1,96 @@
+"""Attention recognition: MatMul -> scale -> (+mask) -> Softmax -> MatMul becomes one Attention op."""
+
+from __future__ import annotations
+
+from ..ir import Graph, Node, Value
+from .manager import register_pass
+from .pattern import Const, Match, Op, Var, match
+from .rewrite import forward, new_node
+
+_q, _k, _v = Var("q"), Var("kt"), Var("v")
+_Q = Op("Mul", _q, Const("q_scale", lambda t: t.numel() == 1), commutative=True, bind="q_mul")
+
+
+def _qk(q):
+    return Op("MatMul", q, _k, bind="qk")
+
+
+def _scores(q):
+    """The score tensor before the mask: QK^T, optionally scaled by Mul or Div."""
+    qk = _qk(q)
+    return [
+        Op("Mul", qk, Const("s_scale", lambda t: t.numel() == 1), commutative=True, bind="s_op"),
+        Op("Div", qk, Const("s_scale", lambda t: t.numel() == 1), bind="s_op"),
+        qk,
+    ]
+
+
+def _patterns() -> list[Op]:
+    out = []
+    for q in (_Q, _q):
+        for s in _scores(q):
+            for masked in (Op("Add", s, Var("mask"), commutative=True), s):
+                out.append(Op("MatMul", Op("Softmax", masked, bind="softmax"), _v))
+    return out
+
+
+_PATTERNS = _patterns()
+
+
+def _scale(m: Match) -> float:
+    scale = 1.0
+    if "q_scale" in m.consts:
+        scale *= float(m.consts["q_scale"].reshape(-1)[0])
+    if "s_scale" in m.consts:
+        c = float(m.consts["s_scale"].reshape(-1)[0])
+        scale *= c if m.nodes["s_op"].op_type == "Mul" else 1.0 / c
+    return scale
+
+
+def _ranks_ok(m: Match) -> int | None:
+    """Rank 3 ([batch, seq, dim], one head) or 4 ([batch, heads, seq, dim]) for Q, K^T, V."""
+    ranks = {v.type.rank if v.type else None for v in (m["q"], m["kt"], m["v"])}
+    if len(ranks) != 1 or next(iter(ranks)) not in (3, 4):
+        return None
+    rank = next(iter(ranks))
+    sm = m.nodes["softmax"]
+    if sm.attrs.get("axis", -1) % rank != rank - 1:
+        return None
+    if "mask" in m.values:
+        mt = m["mask"].type
+        if mt is None or mt.rank is None or mt.rank > (2 if rank == 3 else 4) or not (mt.dtype and mt.dtype.is_float):
+            return None  # a 3-D mask over fused batch*heads does not broadcast like Attention's
+    return rank
+
+
+def _try_attention(graph: Graph, root: Node) -> bool:
+    for p in _PATTERNS:
+        m = match(p, root.outputs[0], graph)
+        if m is None:
+            continue
+        rank = _ranks_ok(m)
+        if rank is None:
+            continue
+        index = graph.nodes.index(root)
+        perm = [0, 2, 1] if rank == 3 else [0, 1, 3, 2]
+        k = new_node(graph, index, "Transpose", [m["kt"]], {"perm": perm}, sources=[], name="attention_k")
+        inputs: list[Value | None] = [m["q"], k.outputs[0], m["v"]]
+        if "mask" in m.values:
+            inputs.append(m["mask"])
+        attrs = {"scale": _scale(m)}
+        if rank == 3:
+            attrs.update(q_num_heads=1, kv_num_heads=1)
+        attn = new_node(graph, index + 1, "Attention", inputs, attrs, sources=m.sources(), name="attention")
+        if root.outputs[0].type is not None:
+            attn.outputs[0].type = root.outputs[0].type
+        return forward(graph, root.outputs[0], attn.outputs[0])
+    return False
+
+
+@register_pass("attention_recognition", 3, "MatMul(Q,K^T)*scale(+mask) -> Softmax -> MatMul(V) -> Attention")
+def attention_recognition(graph: Graph) -> bool:
+    changed = False
+    for node in list(graph.nodes):
+        if node.op_type == "MatMul" and not node.domain and node.graph is graph and _try_attention(graph, node):
+            changed = True
+    return changed

@@ -1,0 +1,51 @@
+"""Shared test helpers: small ONNX models built in code, and the GPU marker."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def make_mlp_model(opset: int = 17, batch="N") -> onnx.ModelProto:
+    """x[N,4] -> MatMul(W) + b -> Relu -> MatMul(W2) -> Softmax-free logits y[N,3]."""
+    rng = np.random.default_rng(0)
+    w1 = onnx.numpy_helper.from_array(rng.standard_normal((4, 8)).astype(np.float32), "w1")
+    b1 = onnx.numpy_helper.from_array(rng.standard_normal((8,)).astype(np.float32), "b1")
+    w2 = onnx.numpy_helper.from_array(rng.standard_normal((8, 3)).astype(np.float32), "w2")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h0"], name="fc1"),
+        helper.make_node("Add", ["h0", "b1"], ["h1"], name="bias1"),
+        helper.make_node("Relu", ["h1"], ["h2"], name="relu1"),
+        helper.make_node("MatMul", ["h2", "w2"], ["y"], name="fc2"),
+    ]
+    g = helper.make_graph(
+        nodes, "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 3])],
+        initializer=[w1, b1, w2],
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+@pytest.fixture
+def mlp_model() -> onnx.ModelProto:
+    return make_mlp_model()
+
+
+def ort_run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
