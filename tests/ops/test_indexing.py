@@ -87,7 +87,8 @@ def test_scatter_nd_reductions(reduction):
     data = RNG.standard_normal((4, 3, 2)).astype(np.float32)
     idx = np.array([[1], [3], [1]] if reduction != "none" else [[1], [3], [0]], np.int64)
     upd = RNG.standard_normal((3, 3, 2)).astype(np.float32)
-    check_against_ort(*one_node_model("ScatterND", [("d", data), ("i", idx), ("u", upd)], opset=18, reduction=reduction))
+    ins = [("d", data), ("i", idx), ("u", upd)]
+    check_against_ort(*one_node_model("ScatterND", ins, opset=18, reduction=reduction))
 
 
 def test_scatter_nd_element_indices_int64():
@@ -270,7 +271,8 @@ def test_output_types_with_symbolic_batch():
          helper.make_tensor_value_info("ge", TensorProto.INT64, ["N", 4, 5]),
          helper.make_tensor_value_info("ids", TensorProto.INT32, ["N", 7]),
          helper.make_tensor_value_info("ax", TensorProto.INT32, [])],
-        [onnx.ValueInfoProto(name=n) for n in ["am", "nz", "tv", "ti", "u0", "u1", "u2", "u3", "g", "gel", "oh", "cs", "se"]],
+        [onnx.ValueInfoProto(name=n)
+         for n in ["am", "nz", "tv", "ti", "u0", "u1", "u2", "u3", "g", "gel", "oh", "cs", "se"]],
         initializer=[helper.make_tensor("k", TensorProto.INT64, [1], [2]),
                      helper.make_tensor("gi", TensorProto.INT64, [2, 3], [0, 1, 2, 3, -1, -2]),
                      helper.make_tensor("depth", TensorProto.INT64, [1], [10]),

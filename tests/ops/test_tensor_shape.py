@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-import torch
 from onnx import TensorProto, helper, numpy_helper
 
 import tensorsmith
@@ -43,9 +42,7 @@ def one_node_model(op, ins, n_out=1, opset=18, shapes=None, **attrs):
 
 
 def run_ours(model, feeds) -> list[np.ndarray]:
-    # Fed as torch tensors so that 0-d inputs stay 0-d.
-    out = tensorsmith.build(model).run({k: torch.from_numpy(np.array(v)) for k, v in feeds.items()})
-    return [t.numpy() for t in out.values()]
+    return list(tensorsmith.build(model).run(feeds).values())
 
 
 def assert_same(ours, expected):
@@ -319,8 +316,9 @@ def _symbolic_model(nodes, outputs, inits, opset=18):
 def test_shape_subgraph_keeps_the_batch_symbol():
     nodes = [
         helper.make_node("Shape", ["x"], ["s"]),
-        helper.make_node("Gather", ["s", "i0"], ["n"], axis=0),      # [N]
-        helper.make_node("Concat", ["n", "m1"], ["tgt"], axis=0),    # [N, -1]
+        helper.make_node("Gather", ["s", "i0"], ["n"], axis=0),      # N, a scalar
+        helper.make_node("Unsqueeze", ["n", "zero"], ["n1"]),        # [N]
+        helper.make_node("Concat", ["n1", "m1"], ["tgt"], axis=0),   # [N, -1]
         helper.make_node("Reshape", ["x", "tgt"], ["r"]),
         helper.make_node("Slice", ["s", "one", "big"], ["tail"]),    # [3, 4, 5]
         helper.make_node("Concat", ["m1", "tail"], ["tgt2"], axis=0),
@@ -328,9 +326,9 @@ def test_shape_subgraph_keeps_the_batch_symbol():
         helper.make_node("ConstantOfShape", ["s"], ["z"]),
         helper.make_node("Expand", ["b", "s"], ["e"]),
     ]
-    inits = {"i0": i64(0), "m1": i64(-1), "one": i64(1), "big": i64(2**62)}
+    inits = {"i0": np.array(0, np.int64), "zero": i64(0), "m1": i64(-1), "one": i64(1), "big": i64(2**62)}
     model = _symbolic_model(nodes, ["r", "r2", "z", "e", "n"], inits)
-    assert out_types(model) == ["float32[N,60]", "float32[N,3,4,5]", "float32[N,3,4,5]", "float32[N,3,4,5]", "int64[1]"]
+    assert out_types(model) == ["float32[N,60]", "float32[N,3,4,5]", "float32[N,3,4,5]", "float32[N,3,4,5]", "int64[]"]
     ours = run_ours(model, {"x": X, "b": X[:1, :1, :1]})
     assert ours[0].shape == (2, 60) and ours[1].shape == X.shape
 
@@ -357,6 +355,12 @@ def test_hot_ops_pass_the_symbol_through():
         "float32[N,4,5,3]", "float32[N,3,4,5]", "float32[N,6,4,5]", "float32[N,60]", "float32[N,3,1,5]",
         "float32[N,3,3,5]", "float32[N,3,4,2]", "float32[N,3,6,7]", "float32[N,6,4,5]", "int64[3]", "int64[]",
     ]
+
+
+def test_range_of_constants_has_a_static_length():
+    nodes = [helper.make_node("Range", ["r0", "r9", "r2"], ["rg"])]
+    inits = {"r0": np.array(1, np.int32), "r9": np.array(9, np.int32), "r2": np.array(3, np.int32)}
+    assert out_types(_symbolic_model(nodes, ["rg"], inits)) == ["int32[3]"]
 
 
 def test_unknown_shape_input_gives_fresh_dims_of_the_right_rank():

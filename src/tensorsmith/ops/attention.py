@@ -55,8 +55,11 @@ def _bias_from(allowed: torch.Tensor, dtype) -> torch.Tensor:
 
 
 def _mask_bias(attn_mask: torch.Tensor, kv_len: int, dtype) -> torch.Tensor:
-    """attn_mask as an additive bias; a mask shorter than the keys is padded with 'masked'."""
-    pad = kv_len - attn_mask.shape[-1]
+    """attn_mask as an additive bias; a mask shorter than the keys is padded with 'masked'.
+
+    A rank-0 mask has no key axis to pad: it broadcasts like any other.
+    """
+    pad = kv_len - attn_mask.shape[-1] if attn_mask.dim() else 0
     if pad > 0:
         fill = False if attn_mask.dtype == torch.bool else -math.inf
         attn_mask = torch.nn.functional.pad(attn_mask, (0, pad), value=fill)

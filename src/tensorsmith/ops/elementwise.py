@@ -56,19 +56,15 @@ def _from_key(k: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return k
 
 
-def _bcast_infer(dtype_of: int | None = None, dtype: DType | None = None):
-    """Broadcast shape of all inputs; dtype fixed, or that of input `dtype_of`."""
-
-    def infer(ctx: InferContext) -> list[TensorType]:
-        ts = [t for t in ctx.inputs if t is not None]
-        try:
-            shape = broadcast_shapes(*(t.shape for t in ts))
-        except ValueError as e:
-            raise ctx.fail(str(e)) from None
-        src = ctx.input(dtype_of) if dtype_of is not None else None
-        return [TensorType(dtype if dtype is not None else (src.dtype if src else None), shape)]
-
-    return infer
+def _where_infer(ctx: InferContext) -> list[TensorType]:
+    """Where: the broadcast shape of all three inputs, the dtype of the values (input 1)."""
+    ts = [t for t in ctx.inputs if t is not None]
+    try:
+        shape = broadcast_shapes(*(t.shape for t in ts))
+    except ValueError as e:
+        raise ctx.fail(str(e)) from None
+    x = ctx.input(1)
+    return [TensorType(x.dtype if x else None, shape)]
 
 
 # -- unary math ----------------------------------------------------------------------------
@@ -258,6 +254,7 @@ def pow_(ctx, x, y):
 @register("Mod", infer=broadcast(), since=10)
 @with_wide_uints
 def mod(ctx, a, b):
+    # Known limit: uint64 runs as an int64 view, so operands >= 2**63 give wrong results.
     if ctx.attr("fmod", 0):
         return torch.fmod(a, b)
     # fmod=0: the result takes the sign of the divisor (numpy's mod), for integers and floats;
@@ -361,7 +358,7 @@ def is_inf(ctx, x):
     return torch.zeros(x.shape, dtype=torch.bool, device=x.device)
 
 
-@register("Where", infer=_bcast_infer(dtype_of=1), since=9)
+@register("Where", infer=_where_infer, since=9)
 def where(ctx, cond, x, y):
     return torch.where(cond.to(torch.bool), x, y)
 

@@ -192,8 +192,9 @@ def _onehot_infer(ctx: InferContext) -> list[TensorType]:
 def one_hot(ctx, indices, depth, values):
     depth = int(depth.reshape(-1)[0].item())
     axis = normalize_axis(ctx.attr("axis", -1), indices.dim() + 1)
-    # Float indices truncate; negative ones count from the end; out-of-range ones give all 'off'.
-    idx = indices.to(torch.float64).trunc().to(torch.int64) if indices.dtype.is_floating_point else widen(indices).to(torch.int64)
+    # Float indices truncate (as the cast does); negative ones count from the end; out-of-range
+    # ones match no class and give all 'off'.
+    idx = widen(indices).to(torch.int64)
     idx = torch.where(idx < 0, idx + depth, idx).unsqueeze(axis)
     shape = [1] * (indices.dim() + 1)
     shape[axis] = depth
@@ -202,7 +203,13 @@ def one_hot(ctx, indices, depth, values):
     return torch.where(idx == classes, values[1], values[0])
 
 
-@register("NonZero", infer=lambda ctx: [TensorType(INT64, (len(_shape(ctx)) if _shape(ctx) is not None else _fresh_dim(), _fresh_dim()))])
+def _nonzero_infer(ctx: InferContext) -> list[TensorType]:
+    s = _shape(ctx)
+    rank = _fresh_dim() if s is None else max(len(s), 1)
+    return [TensorType(INT64, (rank, _fresh_dim()))]
+
+
+@register("NonZero", infer=_nonzero_infer)
 def nonzero(ctx, x):
     mask = widen(x) != 0
     if x.dim() == 0:

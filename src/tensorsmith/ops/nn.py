@@ -246,13 +246,15 @@ def _windows(x: torch.Tensor, kernel, strides, dilations) -> torch.Tensor:
 
 
 def _window_sum(x: torch.Tensor, kernel, strides, dilations) -> torch.Tensor:
-    """Sum over each window of an already padded float input (depthwise conv when dilated)."""
+    """Sum over each window of an already padded float input.
+
+    Dilated windows are gathered and summed: a depthwise conv with a ones kernel would do it
+    too, but cuDNN runs float32 convs in TF32 by default, which loses the precision ONNX asks.
+    """
     n = len(kernel)
     if all(d == 1 for d in dilations):
         return _AVG_POOL[n](x, kernel, strides) * math.prod(kernel)
-    c = x.shape[1]
-    ones = torch.ones((c, 1, *kernel), dtype=x.dtype, device=x.device)
-    return _CONV[n](x, ones, None, strides, 0, dilations, c)
+    return _windows(x, kernel, strides, dilations).sum(dim=-1)
 
 
 def _pool_setup(ctx, x):

@@ -59,11 +59,14 @@ def _layout(p: torch.Tensor, shape: tuple, axis: int, block_size: int) -> torch.
         raise ValueError(f"block_size must be positive, got {block_size}")
     if p.dim() != rank:
         raise ValueError(f"a blocked scale or zero point must have rank {rank}, got shape {tuple(p.shape)}")
-    full = p.repeat_interleave(block_size, dim=axis).narrow(axis, 0, shape[axis]) \
-        if p.shape[axis] * block_size >= shape[axis] else None
-    if full is None or tuple(full.shape) != tuple(shape):
-        raise ValueError(
-            f"blocked scale shape {tuple(p.shape)} with block_size {block_size} does not cover x shape {tuple(shape)}")
+    bad = ValueError(
+        f"blocked scale shape {tuple(p.shape)} with block_size {block_size} does not cover x shape {tuple(shape)}")
+    if p.shape[axis] * block_size < shape[axis]:
+        raise bad
+    # The last block may be short: repeat, then cut to x's size.
+    full = p.repeat_interleave(block_size, dim=axis).narrow(axis, 0, shape[axis])
+    if tuple(full.shape) != tuple(shape):
+        raise bad
     return full
 
 

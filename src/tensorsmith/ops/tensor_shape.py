@@ -30,7 +30,7 @@ def _prod(dims) -> int | str:
     """Product of dims: an int when all are static, else a fresh symbol (or the lone symbol)."""
     static = math.prod(d for d in dims if isinstance(d, int))
     symbols = [d for d in dims if not isinstance(d, int)]
-    if not symbols:
+    if not symbols or static == 0:
         return static
     if len(symbols) == 1 and static == 1:
         return symbols[0]
@@ -223,7 +223,8 @@ def _reshape_infer(ctx: InferContext) -> list[TensorType]:
         n = _static_len(ctx, 1)
         return [TensorType(dt, None if n is None else _fresh_shape(n))]
     if in_shape is None:
-        return [TensorType(dt, tuple(_fresh_dim() if s in (0, -1) else s for s in target))]
+        copies = (-1,) if ctx.attr("allowzero", 0) else (0, -1)
+        return [TensorType(dt, tuple(_fresh_dim() if s in copies else s for s in target))]
     out = _reshape_target(in_shape, target, bool(ctx.attr("allowzero", 0)))
     if -1 in out:
         out[out.index(-1)] = _infer_minus_one(in_shape, [d for d in out if d != -1])
@@ -371,7 +372,10 @@ def _concat_infer(ctx: InferContext) -> list[TensorType]:
     if not shapes:
         return [TensorType(dt, None)]
     rank = len(shapes[0])
-    axis = normalize_axis(ctx.attr("axis", 0), rank)
+    try:
+        axis = normalize_axis(_concat_axis(ctx), rank)
+    except ValueError as e:
+        raise ctx.fail(str(e)) from None
     if any(len(s) != rank for s in shapes):
         raise ctx.fail(f"inputs have different ranks: {[len(s) for s in shapes]}")
     out = []
@@ -387,11 +391,18 @@ def _concat_infer(ctx: InferContext) -> list[TensorType]:
     return [TensorType(dt, tuple(out))]
 
 
+def _concat_axis(ctx) -> int:
+    # Concat-1..3 defaulted to axis 1; from opset 4 the attribute is required.
+    axis = ctx.attr("axis", 1 if ctx.opset < 4 else None)
+    if axis is None:
+        raise ValueError("Concat: the axis attribute is required")
+    return axis
+
+
 @register("Concat", infer=_concat_infer)
 def concat(ctx, *xs):
     xs = [x for x in xs if x is not None]
-    axis = normalize_axis(ctx.attr("axis", 0), xs[0].dim())
-    return torch.cat(xs, dim=axis)
+    return torch.cat(xs, dim=normalize_axis(_concat_axis(ctx), xs[0].dim()))
 
 
 def _split_sizes(ctx, dim: int, split: list[int] | None, n_out: int) -> list[int]:
@@ -415,9 +426,13 @@ def _split_infer(ctx: InferContext) -> list[TensorType]:
     if s is None:
         return [TensorType(dt, None)] * n
     axis = normalize_axis(ctx.attr("axis", 0), len(s))
-    sizes = shape_value(ctx, 1) if len(ctx.node.inputs) > 1 else None
-    if sizes is None and isinstance(s[axis], int):
-        sizes = _split_sizes(ctx, s[axis], None, n)
+    has_sizes = len(ctx.node.inputs) > 1 and ctx.node.inputs[1] is not None
+    sizes = shape_value(ctx, 1) if has_sizes else None
+    if not has_sizes and isinstance(s[axis], int):
+        try:
+            sizes = _split_sizes(ctx, s[axis], None, n)
+        except ValueError as e:
+            raise ctx.fail(str(e)) from None
     if sizes is None:
         sizes = [_fresh_dim() for _ in range(n)]
     return [TensorType(dt, s[:axis] + (d,) + s[axis + 1:]) for d in sizes]

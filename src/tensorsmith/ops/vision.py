@@ -92,6 +92,8 @@ def _source_coords(mode: str, out_n: int, in_n: int, scale: float, roi: tuple[fl
     out_w = scale * in_n
     outside = None
     if mode == "align_corners":
+        # As ONNX's reference and conformance data: the length is scale * length_original, which
+        # may be fractional (ONNX Runtime uses the integer output length; they differ only then).
         x = torch.zeros_like(y) if out_w == 1 else y * (in_n - 1) / (out_w - 1)
     elif mode == "asymmetric":
         x = y / scale

@@ -5,7 +5,8 @@ from __future__ import annotations
 from ..ir import Graph, Node, Value
 from .manager import register_pass
 from .pattern import Const, Match, Op, Var, match
-from .rewrite import forward, new_node
+from .recognize import is_live
+from .rewrite import forward, new_node, remove_dead
 
 _q, _k, _v = Var("q"), Var("kt"), Var("v")
 _Q = Op("Mul", _q, Const("q_scale", lambda t: t.numel() == 1), commutative=True, bind="q_mul")
@@ -57,9 +58,11 @@ def _ranks_ok(m: Match) -> int | None:
     if sm.attrs.get("axis", -1) % rank != rank - 1:
         return None
     if "mask" in m.values:
-        mt = m["mask"].type
-        if mt is None or mt.rank is None or mt.rank > (2 if rank == 3 else 4) or not (mt.dtype and mt.dtype.is_float):
+        mt, kt = m["mask"].type, m["kt"].type
+        if mt is None or mt.rank is None or not 1 <= mt.rank <= (2 if rank == 3 else 4) or not (mt.dtype and mt.dtype.is_float):
             return None  # a 3-D mask over fused batch*heads does not broadcast like Attention's
+        if kt.shape is None or mt.shape[-1] != kt.shape[-1]:
+            return None  # Attention pads a shorter mask with -inf instead of broadcasting it
     return rank
 
 
@@ -83,7 +86,9 @@ def _try_attention(graph: Graph, root: Node) -> bool:
         attn = new_node(graph, index + 1, "Attention", inputs, attrs, sources=m.sources(), name="attention")
         if root.outputs[0].type is not None:
             attn.outputs[0].type = root.outputs[0].type
-        return forward(graph, root.outputs[0], attn.outputs[0])
+        changed = forward(graph, root.outputs[0], attn.outputs[0])
+        remove_dead(graph, m.matched)
+        return changed
     return False
 
 
@@ -91,6 +96,6 @@ def _try_attention(graph: Graph, root: Node) -> bool:
 def attention_recognition(graph: Graph) -> bool:
     changed = False
     for node in list(graph.nodes):
-        if node.op_type == "MatMul" and not node.domain and node.graph is graph and _try_attention(graph, node):
+        if node.op_type == "MatMul" and not node.domain and is_live(graph, node) and _try_attention(graph, node):
             changed = True
     return changed

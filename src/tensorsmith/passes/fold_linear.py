@@ -10,7 +10,7 @@ import torch
 
 from ..ir import Graph, Node, Value
 from .manager import register_pass
-from .rewrite import add_constant, constant_value, is_graph_output, single_user
+from .rewrite import add_constant, constant_value, is_graph_output, remove_dead, single_user
 
 _LINEAR = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 
@@ -79,6 +79,7 @@ def _apply(graph: Graph, lin: Node, scale: torch.Tensor, shift: torch.Tensor, ab
     if lin.op_type == "MatMul" and not new_bias.any():
         lin.sources.extend(s for s in absorbed.sources if s not in lin.sources)
         graph.replace_all_uses(absorbed.outputs[0], lin.outputs[0])
+        remove_dead(graph, [absorbed])
         return
     new_bias = add_constant(graph, f"{lin.name}_bias", new_bias)
     if lin.op_type == "MatMul":
@@ -90,6 +91,7 @@ def _apply(graph: Graph, lin: Node, scale: torch.Tensor, shift: torch.Tensor, ab
         old_out = absorbed.outputs[0]
         graph.insert(graph.nodes.index(absorbed), add)
         graph.replace_all_uses(old_out, add.outputs[0])
+        remove_dead(graph, [absorbed])
         return
     if lin.op_type == "Gemm":
         lin.attrs["beta"] = 1.0
@@ -101,6 +103,7 @@ def _apply(graph: Graph, lin: Node, scale: torch.Tensor, shift: torch.Tensor, ab
     lin_out = lin.outputs[0]
     lin_out.type = out.type or lin_out.type
     graph.replace_all_uses(out, lin_out)
+    remove_dead(graph, [absorbed])
 
 
 def _foldable_linear(graph: Graph, v: Value | None) -> Node | None:

@@ -14,7 +14,7 @@ import torch
 from ..ir import Graph, Node, Value
 from .manager import register_pass
 from .pattern import Const, Match, Op, Var, match, scalar
-from .rewrite import add_constant, constant_value, new_node, single_user
+from .rewrite import add_constant, constant_value, new_node, remove_dead, single_user
 
 x = Var("x")
 
@@ -26,13 +26,19 @@ def _replace(graph: Graph, root: Node, m: Match, op_type: str, inputs: list[Valu
     if out.type is not None and node.outputs[0].type is not None and out.type.shape is not None:
         node.outputs[0].type = out.type  # keep the (possibly more precise) known type
     graph.replace_all_uses(out, node.outputs[0])
+    remove_dead(graph, m.matched)
     return node
+
+
+def is_live(graph: Graph, node: Node) -> bool:
+    """A replaced root stays in the graph until dead-code elimination; it must not match again."""
+    return any(v.users or any(o is v for o in graph.outputs) for v in node.outputs)
 
 
 def _rewrite_each(graph: Graph, root_ops: tuple[str, ...], try_rewrite) -> bool:
     changed = False
     for node in list(graph.nodes):
-        if node.graph is graph and node.op_type in root_ops and not node.domain and try_rewrite(graph, node):
+        if node.op_type in root_ops and not node.domain and is_live(graph, node) and try_rewrite(graph, node):
             changed = True
     return changed
 
@@ -240,6 +246,7 @@ def _fuse_norm(graph: Graph, root: Node, m: Match, op_type: str) -> bool:
     if last.type is not None:
         node.outputs[0].type = last.type
     graph.replace_all_uses(last, node.outputs[0])
+    remove_dead(graph, m.matched)
     return True
 
 

@@ -89,9 +89,31 @@ def is_graph_output(graph: Graph, v: Value) -> bool:
 
 
 def forward(graph: Graph, old: Value, new: Value) -> bool:
-    """Readers of `old` read `new` instead; True if anything moved (a graph output whose name
-    cannot move to `new` stays with `old`, and then only its readers moved)."""
+    """Readers of `old` read `new` instead; True if anything changed.
+
+    A graph output keeps its name: if it cannot move to `new` (an input or weight, say), its
+    producer becomes `Identity(new)`, a copy instead of whatever it computed."""
+    if old is new or (not old.users and not is_graph_output(graph, old)):
+        return False  # nothing reads it: dead code, for dead_code_elimination
     had_users = bool(old.users)
-    was_output = is_graph_output(graph, old)
     graph.replace_all_uses(old, new)
-    return had_users or (was_output and not is_graph_output(graph, old))
+    node = old.producer
+    if is_graph_output(graph, old) and node is not None and node.op_type != "Identity":
+        if any(v.users or is_graph_output(graph, v) for v in node.outputs if v is not old):
+            return had_users
+        for i in range(len(node.inputs)):
+            node.set_input(i, None)
+        node.inputs = [None]
+        node.set_input(0, new)
+        node.op_type, node.domain, node.attrs = "Identity", "", {}
+        node.outputs = [old]
+        old.index = 0
+        return True
+    return had_users or not is_graph_output(graph, old)
+
+
+def remove_dead(graph: Graph, nodes: list[Node]) -> None:
+    """Remove those of `nodes` (last first) whose results nobody reads any more."""
+    for node in reversed(nodes):
+        if node in graph.nodes and not any(v.users or is_graph_output(graph, v) for v in node.outputs):
+            graph.remove_node(node)
