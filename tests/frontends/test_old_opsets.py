@@ -190,9 +190,7 @@ def reference(case: Case, model: onnx.ModelProto) -> list[np.ndarray]:
 
 
 # Known gaps of the ops, to be fixed where the op lives (strict: the mark must go once fixed).
-KNOWN_FAILURES = {
-    "dropout-7-mask": "ops/nn.py Dropout returns a bool mask at opsets 7-9, whose schema types it as the input",
-}
+KNOWN_FAILURES: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("case", [

@@ -5,7 +5,6 @@ engine's inferred output types."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 import torch
 from onnx import TensorProto as TP

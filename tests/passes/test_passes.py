@@ -5,7 +5,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from onnx import TensorProto
 
 import tensorsmith
 from tensorsmith.errors import TensorsmithError
@@ -249,3 +248,10 @@ def test_build_accepts_opt_level_and_disable_passes():
     g_model = build(graphgen.conv_bn)[0]
     e = tensorsmith.build(g_model, opt_level=3, disable_passes=["batchnorm_folding", "layer_fusion"])
     assert "BatchNormalization" in [l.kind and n.op_type for l in e.layers for n in l.nodes]
+
+
+def test_pipeline_order_is_explicit_and_complete():
+    from tensorsmith.passes import PIPELINE, enabled_passes
+
+    assert sorted(PIPELINE) == sorted(PASSES)
+    assert [p.name for p in enabled_passes(5)] == PIPELINE

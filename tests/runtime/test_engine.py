@@ -75,7 +75,7 @@ def test_symbols_must_agree_across_inputs():
 
 
 def test_runtime_failure_names_the_node():
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
 
     from tensorsmith.errors import ExecutionError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from ..ir import Graph, Layer, Value
+from ..ir import Graph, Value
 
 
 @dataclass

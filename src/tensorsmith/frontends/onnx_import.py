@@ -15,8 +15,8 @@ from ..errors import (
     ModelLoadError,
     TensorsmithError,
     UnsupportedDTypeError,
-    UnsupportedOpsetError,
     UnsupportedOperatorError,
+    UnsupportedOpsetError,
 )
 from ..ir import DType, Graph, Node, TensorType, Value
 from ..ops import is_supported
@@ -58,7 +58,33 @@ def load_model_proto(source: Any) -> tuple[onnx.ModelProto, str]:
 def _check_nonempty(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
     if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
         raise ModelLoadError(name, "the file holds no graph (empty or truncated model)")
+    bad = _first_non_text(model)
+    if bad:
+        raise ModelLoadError(name, f"field {bad} holds bytes that are not UTF-8 text (corrupt file)")
     return model
+
+
+def _is_repeated(field) -> bool:
+    if hasattr(field, "is_repeated"):  # protobuf >= 6 dropped `label`
+        return field.is_repeated
+    return field.label == field.LABEL_REPEATED
+
+
+def _first_non_text(msg, path: str = "model") -> str | None:
+    """Path of the first string field that protobuf could not decode as UTF-8 (it gives bytes)."""
+    from google.protobuf.descriptor import FieldDescriptor as F
+
+    for field, value in msg.ListFields():
+        items = value if _is_repeated(field) else [value]
+        if field.type == F.TYPE_STRING:
+            if any(not isinstance(v, str) for v in items):
+                return f"{path}.{field.name}"
+        elif field.type == F.TYPE_MESSAGE:
+            for i, item in enumerate(items):
+                bad = _first_non_text(item, f"{path}.{field.name}[{i}]")
+                if bad:
+                    return bad
+    return None
 
 
 def import_onnx(source: Any) -> Graph:

@@ -1,24 +1,34 @@
 """The op registry and the op definitions (importing this package registers every op)."""
 
-from .registry import REGISTRY, InferContext, OpDef, RunContext, broadcast, is_supported, lookup, register, same_as
-
 # Each module registers a family of ops.
 from . import (  # noqa: E402,F401
+    attention,
     basic,
+    control_flow,
     elementwise,
-    tensor_shape,
     indexing,
+    linear,
+    loss,
+    misc,
     nn,
     normalization,
-    reduce,
-    recurrent,
-    attention,
     quantize,
-    loss,
-    control_flow,
+    recurrent,
+    reduce,
     signal,
+    tensor_shape,
     vision,
-    misc,
+)
+from .registry import (
+    REGISTRY,
+    InferContext,
+    OpDef,
+    RunContext,
+    broadcast,
+    is_supported,
+    lookup,
+    register,
+    same_as,
 )
 
 

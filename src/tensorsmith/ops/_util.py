@@ -54,3 +54,10 @@ def normalize_axis(axis: int, rank: int) -> int:
 def ints(t: torch.Tensor | None) -> list[int] | None:
     """A small int tensor (shape, axes, pads) as a Python list."""
     return None if t is None else [int(v) for v in t.reshape(-1).tolist()]
+
+
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """Half types run in float32 on the CPU, where their kernels are slow or missing."""
+    if x.device.type == "cpu" and x.dtype in (torch.float16, torch.bfloat16):
+        return torch.float32
+    return x.dtype

@@ -13,9 +13,9 @@ import torch
 
 from ..ir import DType, TensorType
 from ._util import WIDE_UINTS, normalize_axis, widen, with_wide_uints
-from .inference import _fresh_dim
+from .inference import fresh_dim
 from .registry import InferContext, register, same_as
-from .tensor_shape import shape_value
+from .shape_values import shape_value
 
 INT64 = DType.INT64
 # Same-size signed types: gather/scatter kernels move uint16/32/64 bits through these views.
@@ -183,7 +183,7 @@ def _onehot_infer(ctx: InferContext) -> list[TensorType]:
     if s is None:
         return [TensorType(dt, None)]
     depth = ctx.const(1)
-    d = int(depth.reshape(-1)[0].item()) if depth is not None else _fresh_dim()
+    d = int(depth.reshape(-1)[0].item()) if depth is not None else fresh_dim()
     axis = normalize_axis(ctx.attr("axis", -1), len(s) + 1)
     return [TensorType(dt, tuple(s[:axis]) + (d,) + tuple(s[axis:]))]
 
@@ -205,8 +205,8 @@ def one_hot(ctx, indices, depth, values):
 
 def _nonzero_infer(ctx: InferContext) -> list[TensorType]:
     s = _shape(ctx)
-    rank = _fresh_dim() if s is None else max(len(s), 1)
-    return [TensorType(INT64, (rank, _fresh_dim()))]
+    rank = fresh_dim() if s is None else max(len(s), 1)
+    return [TensorType(INT64, (rank, fresh_dim()))]
 
 
 @register("NonZero", infer=_nonzero_infer)
@@ -222,9 +222,9 @@ def _compress_infer(ctx: InferContext) -> list[TensorType]:
     s = _shape(ctx)
     axis = ctx.attr("axis")
     if s is None or axis is None:
-        return [TensorType(_dtype(ctx), (_fresh_dim(),))]
+        return [TensorType(_dtype(ctx), (fresh_dim(),))]
     axis = normalize_axis(axis, len(s))
-    return [TensorType(_dtype(ctx), tuple(s[:axis]) + (_fresh_dim(),) + tuple(s[axis + 1:]))]
+    return [TensorType(_dtype(ctx), tuple(s[:axis]) + (fresh_dim(),) + tuple(s[axis + 1:]))]
 
 
 @register("Compress", infer=_compress_infer)
@@ -260,7 +260,7 @@ def _topk_infer(ctx: InferContext) -> list[TensorType]:
         return [TensorType(_dtype(ctx), None), TensorType(INT64, None)]
     axis = normalize_axis(ctx.attr("axis", -1), len(s))
     k = shape_value(ctx, 1)
-    k = k[0] if k is not None and len(k) == 1 else _fresh_dim()
+    k = k[0] if k is not None and len(k) == 1 else fresh_dim()
     shape = tuple(s[:axis]) + (k,) + tuple(s[axis + 1:])
     return [TensorType(_dtype(ctx), shape), TensorType(INT64, shape)]
 
@@ -306,13 +306,13 @@ register("ArgMin", infer=_arg_infer)(_arg(torch.argmin))
 def _unique_infer(ctx: InferContext) -> list[TensorType]:
     s = _shape(ctx)
     axis = ctx.attr("axis")
-    n = _fresh_dim()
+    n = fresh_dim()
     if axis is None or s is None:
         y = (n,)
     else:
         axis = normalize_axis(axis, len(s))
         y = tuple(s[:axis]) + (n,) + tuple(s[axis + 1:])
-    inverse = (s[axis] if axis is not None and s is not None else _fresh_dim(),)
+    inverse = (s[axis] if axis is not None and s is not None else fresh_dim(),)
     return [TensorType(_dtype(ctx), y), TensorType(INT64, (n,)), TensorType(INT64, inverse), TensorType(INT64, (n,))]
 
 

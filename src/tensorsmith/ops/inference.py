@@ -23,7 +23,7 @@ _anon = itertools.count()
 _META_DIM_LIMIT = 1 << 16
 
 
-def _fresh_dim() -> str:
+def fresh_dim() -> str:
     return f"unk{next(_anon)}"
 
 
@@ -54,7 +54,7 @@ def _meta_infer(op: OpDef, ctx: InferContext) -> list[TensorType]:
     for r in res[: ctx.num_outputs]:
         shape = tuple(r.shape)
         if symbolic:
-            shape = tuple(_fresh_dim() for _ in shape)
+            shape = tuple(fresh_dim() for _ in shape)
         out.append(TensorType(DType.from_torch(r.dtype), shape))
     return out
 

@@ -73,6 +73,9 @@ def run_graph(graph: Graph, feeds: dict[str, torch.Tensor], outer=None, device=N
         except Exception as e:
             raise ExecutionError(node.name, node.op_type, f"{type(e).__name__}: {e}") from e
         res = res if isinstance(res, (tuple, list)) else (res,)
+        if device is not None and not node.inputs:
+            # Ops without inputs (Constant, RandomNormal, windows) have no device to follow.
+            res = tuple(r.to(device) if isinstance(r, torch.Tensor) else r for r in res)
         if len(res) < len(node.outputs):
             raise ExecutionError(node.name, node.op_type, f"produced {len(res)} outputs, the node has {len(node.outputs)}")
         for v, t in zip(node.outputs, res):

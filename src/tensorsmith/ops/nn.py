@@ -1,4 +1,4 @@
-"""Neural-network ops: convolutions, pooling, matrix products, dropout and the softmax family.
+"""Neural-network ops: convolutions and pooling.
 
 These are the hot path of most models, so each has an explicit inference rule that keeps
 symbolic batch dims, and the compute goes through torch.nn.functional (cuDNN/cuBLAS on a GPU).
@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..ir import DType, TensorType, broadcast_shapes
-from ._util import WIDE_UINTS, narrow, normalize_axis, widen
-from .inference import _fresh_dim
-from .registry import InferContext, register, same_as
+from ..ir import DType, TensorType
+from ._util import WIDE_UINTS, compute_dtype, narrow, widen
+from .inference import fresh_dim
+from .registry import InferContext, register
 
 _CONV = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}
 _CONV_T = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
@@ -47,7 +46,7 @@ def _out_size(size, ext: int, stride: int, pb: int, pe: int, auto_pad: str, ceil
     if isinstance(size, str):
         same = stride == 1 and (auto_pad in ("SAME_UPPER", "SAME_LOWER") or (
             auto_pad in ("NOTSET", "") and pb + pe == ext - 1) or (auto_pad == "VALID" and ext == 1))
-        return size if same else _fresh_dim()
+        return size if same else fresh_dim()
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
         return -(-size // stride)
     if auto_pad == "VALID":
@@ -118,13 +117,6 @@ def _infer_window_op(ctx: InferContext, channels, kernel, ceil_mode: bool, n_out
     return [TensorType(d, shape) for d in (out_dtypes or [x.dtype] * n_out)]
 
 
-def _compute_dtype(x: torch.Tensor) -> torch.dtype:
-    """Half types run in float32 on the CPU, where their kernels are slow or missing."""
-    if x.device.type == "cpu" and x.dtype in (torch.float16, torch.bfloat16):
-        return torch.float32
-    return x.dtype
-
-
 # -- Conv / ConvTranspose ---------------------------------------------------------------
 
 
@@ -138,7 +130,7 @@ def _conv_kernel(ctx, w) -> list | None:
 
 def _conv_infer(ctx: InferContext) -> list[TensorType]:
     w = ctx.input(1)
-    m = w.shape[0] if w is not None and w.shape is not None else _fresh_dim()
+    m = w.shape[0] if w is not None and w.shape is not None else fresh_dim()
     return _infer_window_op(ctx, m, _conv_kernel(ctx, w), False, 1)
 
 
@@ -151,7 +143,7 @@ def conv(ctx, x, w, b=None):
     if kernel != list(w.shape[2:]):
         raise ValueError(f"kernel_shape {kernel} does not match the weight shape {list(w.shape)}")
     _, begin, end, _, strides, dilations = _window_geometry(ctx, list(x.shape[2:]), kernel)
-    dt = _compute_dtype(x)
+    dt = compute_dtype(x)
     xc, wc, bc = x.to(dt), w.to(dt), (b.to(dt) if b is not None else None)
     if begin == end:
         y = _CONV[n](xc, wc, bc, strides, begin, dilations, ctx.attr("group", 1))
@@ -189,12 +181,12 @@ def _conv_transpose_infer(ctx: InferContext) -> list[TensorType]:
     if x is None or x.shape is None or w is None or w.shape is None:
         return [TensorType(x.dtype if x else None, None)]
     group = ctx.attr("group", 1)
-    m = w.shape[1] * group if isinstance(w.shape[1], int) else _fresh_dim()
+    m = w.shape[1] * group if isinstance(w.shape[1], int) else fresh_dim()
     kernel = _conv_kernel(ctx, w)
     sizes = list(x.shape[2:])
     if any(isinstance(d, str) for d in sizes + kernel):
         out = ctx.attr("output_shape", None)
-        spatial = tuple(out[-len(sizes):]) if out is not None else tuple(_fresh_dim() for _ in sizes)
+        spatial = tuple(out[-len(sizes):]) if out is not None else tuple(fresh_dim() for _ in sizes)
     else:
         spatial = tuple(_conv_transpose_geometry(ctx, sizes, kernel)[0])
     return [TensorType(x.dtype, (x.shape[0], m, *spatial))]
@@ -207,7 +199,7 @@ def conv_transpose(ctx, x, w, b=None):
         raise ValueError(f"ConvTranspose supports 1-3 spatial dims, got input rank {x.dim()}")
     kernel = _conv_kernel(ctx, w)
     _, begin, end, strides, dilations, out_pad = _conv_transpose_geometry(ctx, list(x.shape[2:]), kernel)
-    dt = _compute_dtype(x)
+    dt = compute_dtype(x)
     y = _CONV_T[n](x.to(dt), w.to(dt), None, strides, 0, 0, ctx.attr("group", 1), dilations)
     # output_padding adds rows after the full output; pads crop it (negative pads extend it).
     y = _pad_spatial(y, [-v for v in begin], [p - e for p, e in zip(out_pad, end)])
@@ -341,7 +333,7 @@ def _avg_divisor(ctx, x, n, kernel, begin, end, declared_end, strides, dilations
 @register("AveragePool", infer=_pool_infer(1))
 def average_pool(ctx, x):
     n, kernel, _, begin, end, declared_end, strides, dilations = _pool_setup(ctx, x)
-    dt = _compute_dtype(x)
+    dt = compute_dtype(x)
     xc = x.to(dt)
     total = _window_sum(_pad_spatial(xc, begin, end), kernel, strides, dilations)
     return (total / _avg_divisor(ctx, xc, n, kernel, begin, end, declared_end, strides, dilations)).to(x.dtype)
@@ -351,7 +343,7 @@ def average_pool(ctx, x):
 def lp_pool(ctx, x):
     n, kernel, _, begin, end, _, strides, dilations = _pool_setup(ctx, x)
     p = float(ctx.attr("p", 2))
-    dt = _compute_dtype(x)
+    dt = compute_dtype(x)
     powered = _pad_spatial(x.to(dt).abs().pow(p), begin, end)
     return _window_sum(powered, kernel, strides, dilations).pow(1.0 / p).to(x.dtype)
 
@@ -369,7 +361,7 @@ def _spatial_dims(x: torch.Tensor) -> tuple[int, ...]:
 
 @register("GlobalAveragePool", infer=_global_infer)
 def global_average_pool(ctx, x):
-    return x.to(_compute_dtype(x)).mean(dim=_spatial_dims(x), keepdim=True).to(x.dtype)
+    return x.to(compute_dtype(x)).mean(dim=_spatial_dims(x), keepdim=True).to(x.dtype)
 
 
 @register("GlobalMaxPool", infer=_global_infer)
@@ -380,7 +372,7 @@ def global_max_pool(ctx, x):
 @register("GlobalLpPool", infer=_global_infer)
 def global_lp_pool(ctx, x):
     p = float(ctx.attr("p", 2))
-    xc = x.to(_compute_dtype(x))
+    xc = x.to(compute_dtype(x))
     return xc.abs().pow(p).sum(dim=_spatial_dims(x), keepdim=True).pow(1.0 / p).to(x.dtype)
 
 
@@ -390,13 +382,13 @@ def _max_unpool_infer(ctx: InferContext) -> list[TensorType]:
         return [TensorType(x.dtype if x else None, None)]
     if ctx.input(2) is not None:
         target = ctx.const(2)
-        shape = tuple(int(v) for v in target.tolist()) if target is not None else tuple(_fresh_dim() for _ in x.shape)
+        shape = tuple(int(v) for v in target.tolist()) if target is not None else tuple(fresh_dim() for _ in x.shape)
         return [TensorType(x.dtype, shape)]
     kernel = _pool_kernel(ctx)
     n = len(kernel)
     strides, _, pads = _window_attrs(ctx, n, kernel)
     spatial = tuple(
-        (d - 1) * strides[i] - pads[i] - pads[n + i] + kernel[i] if isinstance(d, int) else _fresh_dim()
+        (d - 1) * strides[i] - pads[i] - pads[n + i] + kernel[i] if isinstance(d, int) else fresh_dim()
         for i, d in enumerate(x.shape[2:]))
     return [TensorType(x.dtype, (*x.shape[:2], *spatial))]
 
@@ -450,165 +442,3 @@ def max_roi_pool(ctx, x, rois):
                 else:
                     out[r, :, i, j] = x[b, :, hs:he, ws:we].amax(dim=(-2, -1))
     return out
-
-
-# -- matrix products --------------------------------------------------------------------
-
-
-def _int_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Exact integer matmul in int64 (wrapping as the narrower types would after the cast back)."""
-    return _on_cpu(torch.matmul, widen(a).to(torch.int64), widen(b).to(torch.int64))
-
-
-def _on_cpu(fn, *args):
-    """CUDA has no integer GEMM kernels: integer products run on the CPU and come back."""
-    device = args[0].device
-    if device.type in ("cpu", "meta"):
-        return fn(*args)
-    return fn(*(a.cpu() for a in args)).to(device)
-
-
-def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    if a.dtype.is_floating_point:
-        dt = _compute_dtype(a) if a.dtype == torch.bfloat16 else a.dtype
-        return torch.matmul(a.to(dt), b.to(dt)).to(a.dtype)
-    y = _int_matmul(a, b)
-    return narrow(y, a.dtype) if a.dtype in WIDE_UINTS else y.to(a.dtype)
-
-
-def _matmul_infer(ctx: InferContext) -> list[TensorType]:
-    a, b = ctx.input(0), ctx.input(1)
-    if a is None or b is None or a.shape is None or b.shape is None:
-        return [TensorType(a.dtype if a else None, None)]
-    sa, sb = tuple(a.shape), tuple(b.shape)
-    if len(sa) == 0 or len(sb) == 0:
-        raise ctx.fail("MatMul operands must have rank >= 1")
-    a1, b1 = len(sa) == 1, len(sb) == 1
-    sa = (1, *sa) if a1 else sa
-    sb = (*sb, 1) if b1 else sb
-    k1, k2 = sa[-1], sb[-2]
-    if isinstance(k1, int) and isinstance(k2, int) and k1 != k2:
-        raise ctx.fail(f"MatMul inner dims differ: {list(a.shape)} x {list(b.shape)}")
-    try:
-        batch = broadcast_shapes(sa[:-2], sb[:-2])
-    except ValueError as e:
-        raise ctx.fail(str(e)) from None
-    shape = (*batch, *(() if a1 else (sa[-2],)), *(() if b1 else (sb[-1],)))
-    return [TensorType(a.dtype, shape)]
-
-
-@register("MatMul", infer=_matmul_infer)
-def matmul(ctx, a, b):
-    return _matmul(a, b)
-
-
-def _gemm_infer(ctx: InferContext) -> list[TensorType]:
-    a, b = ctx.input(0), ctx.input(1)
-    if a is None or b is None or a.shape is None or b.shape is None:
-        return [TensorType(a.dtype if a else None, None)]
-    if len(a.shape) != 2 or len(b.shape) != 2:
-        raise ctx.fail(f"Gemm operands must be 2-D, got {list(a.shape)} and {list(b.shape)}")
-    m = a.shape[1] if ctx.attr("transA", 0) else a.shape[0]
-    n = b.shape[0] if ctx.attr("transB", 0) else b.shape[1]
-    return [TensorType(a.dtype, (m, n))]
-
-
-@register("Gemm", infer=_gemm_infer)
-def gemm(ctx, a, b, c=None):
-    if a.dim() != 2 or b.dim() != 2:
-        raise ValueError(f"Gemm operands must be 2-D, got {list(a.shape)} and {list(b.shape)}")
-    a = a.t() if ctx.attr("transA", 0) else a
-    b = b.t() if ctx.attr("transB", 0) else b
-    alpha, beta = float(ctx.attr("alpha", 1.0)), float(ctx.attr("beta", 1.0))
-    if not a.dtype.is_floating_point:
-        y = widen(_int_matmul(a, b))
-        if alpha != 1.0:
-            y = y * int(alpha)
-        if c is not None and beta != 0.0:
-            y = y + widen(c).to(torch.int64) * int(beta)
-        return narrow(y, a.dtype) if a.dtype in WIDE_UINTS else y.to(a.dtype)
-    dt = _compute_dtype(a)
-    y = torch.matmul(a.to(dt), b.to(dt))
-    if alpha != 1.0:
-        y = y * alpha
-    if c is not None and beta != 0.0:
-        y = y + (c.to(dt) if beta == 1.0 else c.to(dt) * beta)
-    return y.to(a.dtype)
-
-
-@register("Einsum")
-def einsum(ctx, *operands):
-    eq = ctx.attr("equation", "").replace(" ", "")
-    if not operands:
-        raise ValueError("Einsum needs at least one operand")
-    dtype = operands[0].dtype
-    if dtype.is_floating_point:
-        dt = _compute_dtype(operands[0]) if dtype == torch.bfloat16 else dtype
-        return torch.einsum(eq, *(o.to(dt) for o in operands)).to(dtype)
-    y = _on_cpu(lambda *ops: torch.einsum(eq, *ops), *(widen(o).to(torch.int64) for o in operands))
-    return narrow(y, dtype) if dtype in WIDE_UINTS else y.to(dtype)
-
-
-# -- dropout ----------------------------------------------------------------------------
-
-
-def _dropout_infer(ctx: InferContext) -> list[TensorType]:
-    x = ctx.input(0)
-    shape = x.shape if x else None
-    return [TensorType(x.dtype if x else None, shape), TensorType(DType.BOOL, shape)][: ctx.num_outputs]
-
-
-@register("Dropout", infer=_dropout_infer, deterministic=False)
-def dropout(ctx, x, ratio=None, training_mode=None):
-    p = float(ratio.item()) if ratio is not None else 0.5
-    training = bool(training_mode.item()) if training_mode is not None else False
-    if not training or p == 0.0:
-        return x, torch.ones(x.shape, dtype=torch.bool, device=x.device)
-    seed = ctx.attr("seed", None)
-    if seed is not None:
-        # A seeded mask reproduces ONNX's reference (numpy's legacy generator), which defines the op.
-        draw = np.random.RandomState(int(seed)).uniform(0.0, 1.0, tuple(x.shape))
-        mask = torch.from_numpy(draw >= p).to(x.device)
-    else:
-        mask = torch.rand(x.shape, device=x.device) >= p
-    return x * mask.to(x.dtype) * (1.0 / (1.0 - p)), mask
-
-
-# -- softmax family ---------------------------------------------------------------------
-
-
-def _along_axis(ctx, x: torch.Tensor, fn) -> torch.Tensor:
-    """Apply fn(t, dim) along `axis`: before opset 13 over the input coerced to 2-D at `axis`."""
-    if ctx.opset >= 13:
-        return fn(x, normalize_axis(ctx.attr("axis", -1), x.dim()) if x.dim() else 0)
-    axis = normalize_axis(ctx.attr("axis", 1), x.dim())
-    rows = math.prod(x.shape[:axis])
-    return fn(x.reshape(rows, -1), 1).reshape(x.shape)
-
-
-def _float_op(fn):
-    def run(t, dim):
-        return fn(t.to(_compute_dtype(t)), dim).to(t.dtype)
-
-    return run
-
-
-@register("Softmax", infer=same_as(0))
-def softmax(ctx, x):
-    return _along_axis(ctx, x, _float_op(lambda t, d: torch.softmax(t, d)))
-
-
-@register("LogSoftmax", infer=same_as(0))
-def log_softmax(ctx, x):
-    return _along_axis(ctx, x, _float_op(lambda t, d: torch.log_softmax(t, d)))
-
-
-def _hardmax(t: torch.Tensor, dim: int) -> torch.Tensor:
-    # argmax returns the first maximum, as ONNX asks.
-    idx = t.argmax(dim=dim, keepdim=True)
-    return torch.zeros_like(t).scatter(dim, idx, torch.ones_like(idx, dtype=t.dtype))
-
-
-@register("Hardmax", infer=same_as(0))
-def hardmax(ctx, x):
-    return _along_axis(ctx, x, _hardmax)

@@ -15,8 +15,9 @@ import torch
 
 from ..ir import DType, TensorType
 from ._util import ints, normalize_axis
-from .inference import _fresh_dim
+from .inference import fresh_dim
 from .registry import InferContext, register, same_as
+from .shape_values import shape_range, shape_value, slice_bounds
 
 INT64 = DType.INT64
 # Slice ends at or beyond this mean "to the end" whatever the dim (INT_MAX in exported models).
@@ -34,18 +35,18 @@ def _prod(dims) -> int | str:
         return static
     if len(symbols) == 1 and static == 1:
         return symbols[0]
-    return _fresh_dim()
+    return fresh_dim()
 
 
 def _sum(dims) -> int | str:
     if all(isinstance(d, int) for d in dims):
         return sum(dims)
     nonzero = [d for d in dims if d != 0]
-    return nonzero[0] if len(nonzero) == 1 else _fresh_dim()
+    return nonzero[0] if len(nonzero) == 1 else fresh_dim()
 
 
 def _fresh_shape(rank: int) -> tuple:
-    return tuple(_fresh_dim() for _ in range(rank))
+    return tuple(fresh_dim() for _ in range(rank))
 
 
 def _shape(ctx: InferContext, i: int = 0):
@@ -64,138 +65,6 @@ def _static_len(ctx: InferContext, i: int) -> int | None:
     if s is not None and len(s) == 1 and isinstance(s[0], int):
         return s[0]
     return None
-
-
-# -- values of shape tensors, traced through shape subgraphs -------------------------
-
-_TRACE_DEPTH = 32
-
-
-def shape_value(ctx: InferContext, i: int) -> list | None:
-    """Elements of the small int input i (ints or dim symbols), or None when unknown."""
-    c = ctx.const(i)
-    if c is not None:
-        return ints(c)
-    v = ctx.node.inputs[i] if i < len(ctx.node.inputs) else None
-    traced = _trace(v, ctx.node.graph, _TRACE_DEPTH)
-    return None if traced is None else traced[0]
-
-
-def _trace(v, graph, depth: int):
-    """(elements, is_scalar) of value v computed by a shape subgraph, or None."""
-    if v is None or depth == 0:
-        return None
-    node = v.producer
-    if node is None:
-        t = _initializer(v, graph)
-        if t is None or t.numel() > 64 or t.dtype.is_floating_point:
-            return None
-        return ints(t), t.dim() == 0
-    rule = _TRACE_RULES.get(node.op_type)
-    if rule is None or node.domain not in ("", "ai.onnx"):
-        return None
-    try:
-        return rule(node, graph, depth - 1)
-    except (ValueError, IndexError, TypeError):
-        return None
-
-
-def _initializer(v, graph):
-    g = graph
-    while g is not None:
-        if g.values.get(v.name) is v and v.name in g.initializers:
-            return g.initializers[v.name]
-        g = g.parent
-    return None
-
-
-def _trace_ints(v, graph, depth):
-    r = _trace(v, graph, depth)
-    if r is None or not all(isinstance(e, int) for e in r[0]):
-        return None
-    return r[0]
-
-
-def _trace_constant(node, graph, depth):
-    t = node.attrs.get("value")
-    if t is None:
-        t = node.attrs.get("value_int", node.attrs.get("value_ints"))
-        if t is None:
-            return None
-        t = torch.tensor(t)
-    if t.numel() > 64 or t.dtype.is_floating_point:
-        return None
-    return ints(t), t.dim() == 0
-
-
-def _trace_shape(node, graph, depth):
-    s = node.inputs[0].shape if node.inputs[0] is not None else None
-    if s is None:
-        return None
-    start, end = _shape_range(node.attrs, len(s))
-    return list(s[start:end]), False
-
-
-def _trace_passthrough(node, graph, depth):
-    return _trace(node.inputs[0], graph, depth)
-
-
-def _trace_gather(node, graph, depth):
-    data = _trace(node.inputs[0], graph, depth)
-    idx = _trace(node.inputs[1], graph, depth)
-    if data is None or idx is None or data[1] or node.attrs.get("axis", 0) not in (0, -1):
-        return None
-    n = len(data[0])
-    picked = [data[0][j + n if j < 0 else j] for j in idx[0]]
-    return picked, idx[1]
-
-
-def _trace_concat(node, graph, depth):
-    out = []
-    for v in node.inputs:
-        r = _trace(v, graph, depth)
-        if r is None:
-            return None
-        out += r[0]
-    return out, False
-
-
-def _trace_unsqueeze(node, graph, depth):
-    r = _trace(node.inputs[0], graph, depth)
-    return None if r is None or not r[1] else (r[0], False)
-
-
-def _trace_squeeze(node, graph, depth):
-    r = _trace(node.inputs[0], graph, depth)
-    return None if r is None or len(r[0]) != 1 else (r[0], True)
-
-
-def _trace_slice(node, graph, depth):
-    data = _trace(node.inputs[0], graph, depth)
-    args = [_trace_ints(v, graph, depth) if v is not None else None for v in node.inputs[1:5]]
-    args += [None] * (4 - len(args))
-    if data is None or args[0] is None or args[1] is None:
-        return None
-    if args[2] not in (None, [0], [-1]):
-        return None
-    step = args[3][0] if args[3] else 1
-    if step < 0:
-        return None
-    start, end = _slice_bounds(args[0][0], args[1][0], step, len(data[0]))
-    return data[0][start:end:step], False
-
-
-_TRACE_RULES = {
-    "Constant": _trace_constant,
-    "Shape": _trace_shape,
-    "Identity": _trace_passthrough,
-    "Cast": _trace_passthrough,
-    "Gather": _trace_gather,
-    "Concat": _trace_concat,
-    "Unsqueeze": _trace_unsqueeze,
-    "Squeeze": _trace_squeeze,
-    "Slice": _trace_slice,
-}
 
 
 # -- Reshape, Flatten, Transpose, Squeeze, Unsqueeze ----------------------------------
@@ -224,7 +93,7 @@ def _reshape_infer(ctx: InferContext) -> list[TensorType]:
         return [TensorType(dt, None if n is None else _fresh_shape(n))]
     if in_shape is None:
         copies = (-1,) if ctx.attr("allowzero", 0) else (0, -1)
-        return [TensorType(dt, tuple(_fresh_dim() if s in copies else s for s in target))]
+        return [TensorType(dt, tuple(fresh_dim() if s in copies else s for s in target))]
     out = _reshape_target(in_shape, target, bool(ctx.attr("allowzero", 0)))
     if -1 in out:
         out[out.index(-1)] = _infer_minus_one(in_shape, [d for d in out if d != -1])
@@ -244,17 +113,17 @@ def _infer_minus_one(in_shape, known) -> int | str:
     for d in known:
         if isinstance(d, str):
             if d not in rest:
-                return _fresh_dim()
+                return fresh_dim()
             rest.remove(d)
     p_in = math.prod(d for d in in_shape if isinstance(d, int))
     p_out = math.prod(d for d in known if isinstance(d, int))
     if not rest:
         if p_out == 0 or p_in % p_out:
-            return _fresh_dim()
+            return fresh_dim()
         return p_in // p_out
     if len(rest) == 1 and p_in == p_out:
         return rest[0]
-    return _fresh_dim()
+    return fresh_dim()
 
 
 def _flatten_infer(ctx: InferContext) -> list[TensorType]:
@@ -382,7 +251,7 @@ def _concat_infer(ctx: InferContext) -> list[TensorType]:
     for j in range(rank):
         dims = [s[j] for s in shapes]
         if j == axis:
-            out.append(_sum(dims) if len(shapes) == len(ts) else _fresh_dim())
+            out.append(_sum(dims) if len(shapes) == len(ts) else fresh_dim())
             continue
         static = {d for d in dims if isinstance(d, int)}
         if len(static) > 1:
@@ -434,7 +303,7 @@ def _split_infer(ctx: InferContext) -> list[TensorType]:
         except ValueError as e:
             raise ctx.fail(str(e)) from None
     if sizes is None:
-        sizes = [_fresh_dim() for _ in range(n)]
+        sizes = [fresh_dim() for _ in range(n)]
     return [TensorType(dt, s[:axis] + (d,) + s[axis + 1:]) for d in sizes]
 
 
@@ -446,17 +315,6 @@ def split(ctx, x, split=None):
 
 
 # -- Slice ----------------------------------------------------------------------------
-
-
-def _slice_bounds(start: int, end: int, step: int, dim: int) -> tuple[int, int]:
-    """ONNX clamping of start/end for one axis (negative values count from the end)."""
-    if step == 0:
-        raise ValueError("Slice: step 0")
-    start = start + dim if start < 0 else start
-    end = end + dim if end < 0 else end
-    if step > 0:
-        return min(max(start, 0), dim), min(max(end, 0), dim)
-    return min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
 
 
 def _slice_args(x_rank: int, starts, ends, axes, steps):
@@ -480,16 +338,16 @@ def _slice_infer(ctx: InferContext) -> list[TensorType]:
             and (args[2] is not None or not has_input[2]) and (args[3] is not None or not has_input[3])):
         if args[2] is not None and known[2]:
             for a in args[2]:
-                out[normalize_axis(a, len(s))] = _fresh_dim()
+                out[normalize_axis(a, len(s))] = fresh_dim()
             return [TensorType(dt, tuple(out))]
         return [TensorType(dt, _fresh_shape(len(s)))]
     for axis, st, en, step in _slice_args(len(s), *args):
         dim = s[axis]
         if isinstance(dim, int):
-            b, e = _slice_bounds(st, en, step, dim)
+            b, e = slice_bounds(st, en, step, dim)
             out[axis] = max(0, -(-(e - b) // step))
         elif not (st == 0 and en >= _OPEN_END and step == 1):
-            out[axis] = _fresh_dim()
+            out[axis] = fresh_dim()
     return [TensorType(dt, tuple(out))]
 
 
@@ -497,7 +355,7 @@ def _slice_infer(ctx: InferContext) -> list[TensorType]:
 def slice_(ctx, x, starts, ends, axes=None, steps=None):
     for axis, s, e, st in _slice_args(x.dim(), ints(starts), ints(ends), ints(axes), ints(steps)):
         dim = x.shape[axis]
-        s, e = _slice_bounds(s, e, st, dim)
+        s, e = slice_bounds(s, e, st, dim)
         if st < 0:
             # Torch slices only with positive steps: flip, then mirror the bounds.
             x, s, e, st = x.flip(axis), dim - 1 - s, dim - 1 - e, -st
@@ -521,7 +379,7 @@ def _broadcast_dims(a, b) -> list:
         elif y == 1:
             out.append(x)
         elif isinstance(x, str) and isinstance(y, str):
-            out.append(_fresh_dim())  # either may be 1 at run time
+            out.append(fresh_dim())  # either may be 1 at run time
         elif isinstance(x, str) or isinstance(y, str):
             out.append(y if isinstance(x, str) else x)
         else:
@@ -628,25 +486,17 @@ def pad(ctx, x, pads, constant_value=None, axes=None):
 # -- Shape, Size ----------------------------------------------------------------------
 
 
-def _shape_range(attrs, rank: int) -> tuple[int, int]:
-    start = attrs.get("start", 0)
-    end = attrs.get("end", rank)
-    start = min(max(start + rank if start < 0 else start, 0), rank)
-    end = min(max(end + rank if end < 0 else end, 0), rank)
-    return start, end
-
-
 def _shape_infer(ctx: InferContext) -> list[TensorType]:
     s = _shape(ctx)
     if s is None:
-        return [TensorType(INT64, (_fresh_dim(),))]
-    start, end = _shape_range(ctx.node.attrs, len(s))
+        return [TensorType(INT64, (fresh_dim(),))]
+    start, end = shape_range(ctx.node.attrs, len(s))
     return [TensorType(INT64, (max(0, end - start),))]
 
 
 @register("Shape", infer=_shape_infer)
 def shape(ctx, x):
-    start, end = _shape_range(ctx.node.attrs, x.dim())
+    start, end = shape_range(ctx.node.attrs, x.dim())
     return torch.tensor(list(x.shape[start:end]), dtype=torch.int64, device=x.device)
 
 
@@ -686,7 +536,7 @@ def _range_infer(ctx: InferContext) -> list[TensorType]:
     dt = _dtype(ctx)
     vals = [ctx.const(i) for i in range(3)]
     if any(v is None for v in vals):
-        return [TensorType(dt, (_fresh_dim(),))]
+        return [TensorType(dt, (fresh_dim(),))]
     s, l, d = (float(v.double().item()) for v in vals)
     return [TensorType(dt, (max(math.ceil((l - s) / d), 0),))]
 
@@ -757,11 +607,11 @@ def _space_depth_infer(ctx: InferContext) -> list[TensorType]:
         return [TensorType(_dtype(ctx), None if s is None else _fresh_shape(4))]
     n, c, h, w = s
     if ctx.node.op_type == "DepthToSpace":
-        c = c // (bs * bs) if isinstance(c, int) else _fresh_dim()
+        c = c // (bs * bs) if isinstance(c, int) else fresh_dim()
         h, w = (_prod([d, bs]) for d in (h, w))
     else:
         c = _prod([c, bs * bs])
-        h, w = (d // bs if isinstance(d, int) else _fresh_dim() for d in (h, w))
+        h, w = (d // bs if isinstance(d, int) else fresh_dim() for d in (h, w))
     return [TensorType(_dtype(ctx), (n, c, h, w))]
 
 
@@ -808,7 +658,7 @@ def _center_crop_pad_infer(ctx: InferContext) -> list[TensorType]:
     if target is None:
         axes = ctx.attr("axes")
         for a in range(len(s)) if axes is None else axes:
-            out[normalize_axis(a, len(s))] = _fresh_dim()
+            out[normalize_axis(a, len(s))] = fresh_dim()
         return [TensorType(_dtype(ctx), tuple(out))]
     for a, t in zip(_crop_axes(ctx, len(s), len(target)), target):
         out[a] = t

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from ..ir import TensorType
 from ._util import ints, normalize_axis
-from .inference import _fresh_dim
+from .inference import fresh_dim
 from .registry import InferContext, register
 
 # -- Resize: sizes ----------------------------------------------------------------------
@@ -56,7 +56,7 @@ def _resize_plan(ctx, shape: list, roi, scales, sizes):
         for a, s in zip(axes, scales):
             if s <= 0:
                 raise ValueError(f"Resize scales must be positive, got {s}")
-            out = int(math.floor(s * shape[a])) if isinstance(shape[a], int) else (shape[a] if s == 1 else _fresh_dim())
+            out = int(math.floor(s * shape[a])) if isinstance(shape[a], int) else (shape[a] if s == 1 else fresh_dim())
             plan[a] = (out, s, 0.0, 1.0)
     if roi is not None and len(roi) == 2 * len(axes):
         for i, a in enumerate(axes):
@@ -71,13 +71,10 @@ def _resize_infer(ctx: InferContext) -> list[TensorType]:
     have = [ctx.input(i) is not None for i in (2, 3)]
     consts = [ctx.const(i) for i in (2, 3)]
     if any(h and c is None for h, c in zip(have, consts)):
-        return [TensorType(x.dtype, tuple(_fresh_dim() for _ in x.shape))]
-    if ctx.input(1) is not None and ctx.const(1) is None and ctx.attr("coordinate_transformation_mode") == "tf_crop_and_resize":
-        roi = None  # the roi does not change the output size
-    else:
-        roi = ctx.const(1)
+        return [TensorType(x.dtype, tuple(fresh_dim() for _ in x.shape))]
     try:
-        plan = _resize_plan(ctx, list(x.shape), roi, consts[0], consts[1])
+        # The roi moves sample points only, never the output size: an unknown one is fine here.
+        plan = _resize_plan(ctx, list(x.shape), None, consts[0], consts[1])
     except ValueError as e:
         raise ctx.fail(str(e)) from None
     return [TensorType(x.dtype, tuple(p[0] for p in plan))]
@@ -246,9 +243,9 @@ def _upsample_infer(ctx: InferContext) -> list[TensorType]:
     x, scales = ctx.input(0), ctx.const(1)
     if x is None or x.shape is None or scales is None:
         return [TensorType(x.dtype if x else None, None if x is None or x.shape is None else
-                           tuple(_fresh_dim() for _ in x.shape))]
+                           tuple(fresh_dim() for _ in x.shape))]
     return [TensorType(x.dtype, tuple(
-        int(math.floor(s * d)) if isinstance(d, int) else (d if s == 1 else _fresh_dim())
+        int(math.floor(s * d)) if isinstance(d, int) else (d if s == 1 else fresh_dim())
         for s, d in zip(_floats(scales), x.shape)))]
 
 
@@ -452,7 +449,7 @@ def _col2im_infer(ctx: InferContext) -> list[TensorType]:
     if cols is None or cols.shape is None or image is None or block is None:
         return [TensorType(cols.dtype if cols else None, None)]
     kprod = math.prod(ints(block))
-    c = cols.shape[1] // kprod if isinstance(cols.shape[1], int) else _fresh_dim()
+    c = cols.shape[1] // kprod if isinstance(cols.shape[1], int) else fresh_dim()
     return [TensorType(cols.dtype, (cols.shape[0], c, *ints(image)))]
 
 

@@ -1,12 +1,24 @@
 """Graph optimization passes, registered with the pass manager (importing registers them).
 
-Registration order is pipeline order: cleanups, folding, recognition, then Layer grouping.
+PIPELINE gives their order: cleanups, folding, recognition, then Layer grouping. A pass
+registered elsewhere (a plugin) runs after these, before the final ones.
 """
 
+from . import (  # noqa: E402,F401
+    attention,
+    cleanup,
+    constant_folding,
+    fold_linear,
+    layers,
+    recognize,
+    shuffle,
+)
+from .layers import group_layers  # noqa: E402
 from .manager import (
     DEFAULT_OPT_LEVEL,
     MAX_OPT_LEVEL,
     PASSES,
+    PIPELINE,
     PassInfo,
     PassRun,
     check_pass_options,
@@ -16,10 +28,17 @@ from .manager import (
     run_passes,
 )
 
-from . import cleanup, constant_folding, shuffle, fold_linear, recognize, attention, layers  # noqa: E402,F401
-from .layers import group_layers  # noqa: E402
+PIPELINE[:] = [
+    "dead_code_elimination", "identity_elimination", "common_subexpression_elimination",
+    "constant_folding", "shape_folding",
+    "transpose_cancellation", "transpose_into_gemm", "concat_slice_elimination",
+    "batchnorm_folding", "scale_shift_folding",
+    "gelu_recognition", "silu_recognition", "softmax_recognition", "layernorm_recognition",
+    "rmsnorm_recognition", "attention_recognition",
+    "layer_fusion",
+]
 
 __all__ = [
-    "DEFAULT_OPT_LEVEL", "MAX_OPT_LEVEL", "PASSES", "PassInfo", "PassRun", "check_pass_options",
+    "DEFAULT_OPT_LEVEL", "MAX_OPT_LEVEL", "PASSES", "PIPELINE", "PassInfo", "PassRun", "check_pass_options",
     "describe_passes", "enabled_passes", "group_layers", "register_pass", "run_passes",
 ]

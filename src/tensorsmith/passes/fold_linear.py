@@ -10,7 +10,13 @@ import torch
 
 from ..ir import Graph, Node, Value
 from .manager import register_pass
-from .rewrite import add_constant, constant_value, is_graph_output, remove_dead, single_user
+from .rewrite import (
+    add_constant,
+    constant_value,
+    is_graph_output,
+    remove_dead,
+    single_user,
+)
 
 _LINEAR = ("Conv", "ConvTranspose", "Gemm", "MatMul")
 

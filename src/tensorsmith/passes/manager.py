@@ -44,6 +44,12 @@ class PassRun:
 
 
 PASSES: dict[str, PassInfo] = {}
+PIPELINE: list[str] = []  # the order passes run in (set by the package); unlisted ones run after
+
+
+def _ordered() -> list[PassInfo]:
+    rank = {name: i for i, name in enumerate(PIPELINE)}
+    return sorted(PASSES.values(), key=lambda p: rank.get(p.name, len(rank)))
 
 
 def register_pass(name: str, level: int, description: str, fixed_point: bool = True, final: bool = False):
@@ -73,7 +79,7 @@ def check_pass_options(opt_level: int, disable: Iterable[str]) -> None:
 def enabled_passes(opt_level: int = DEFAULT_OPT_LEVEL, disable: Iterable[str] = ()) -> list[PassInfo]:
     disable = list(disable)
     check_pass_options(opt_level, disable)
-    return [p for p in PASSES.values() if p.level <= opt_level and p.name not in disable]
+    return [p for p in _ordered() if p.level <= opt_level and p.name not in disable]
 
 
 def _run_one(p: PassInfo, graph: Graph, log: dict[str, PassRun]) -> bool:
@@ -118,4 +124,4 @@ def run_passes(
 
 def describe_passes() -> str:
     """One line per pass: level, name, description (for --help and the docs)."""
-    return "\n".join(f"  {p.level}  {p.name:28s} {p.description}" for p in PASSES.values())
+    return "\n".join(f"  {p.level}  {p.name:34s} {p.description}" for p in _ordered())

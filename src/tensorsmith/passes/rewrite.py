@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from ..ir import Graph, Node, TensorType, Value
+from ..ir import Graph, Node, Value
 from ..ops.inference import infer_node
 from ..ops.registry import LATEST_OPSET
 

@@ -7,8 +7,8 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from ..errors import InputError, TensorsmithError
 from ..engine import IOTensor
+from ..errors import InputError, TensorsmithError
 from ..ir import DType
 
 
