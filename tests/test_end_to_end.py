@@ -13,13 +13,17 @@ import tensorsmith
 from .conftest import ort_run
 
 
-def export(module: torch.nn.Module, args: tuple, names: list[str], dynamic_batch: bool = True) -> onnx.ModelProto:
+def export(module: torch.nn.Module, args: tuple, names: list[str], dynamic_batch: bool = True,
+           opset: int = 17) -> onnx.ModelProto:
+    """Export with the TorchScript exporter (the dynamo one needs onnxscript), keeping BatchNorm
+    nodes as a training-mode export would, so that tensorsmith's own folding is what is tested."""
     f = io.BytesIO()
     axes = {n: {0: "batch"} for n in names + ["out"]} if dynamic_batch else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(module.eval(), args, f, input_names=names, output_names=["out"],
-                          dynamic_axes=axes, opset_version=17, dynamo=False)
+                          dynamic_axes=axes, opset_version=opset, dynamo=False,
+                          training=torch.onnx.TrainingMode.PRESERVE)
     return onnx.load_from_string(f.getvalue())
 
 
@@ -90,13 +94,13 @@ class TransformerBlock(torch.nn.Module):
         return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
 
 
-def transformer_block_model():
+def transformer_block_model(opset: int = 17):
     torch.manual_seed(0)
     block = TransformerBlock()
     x = torch.randn(2, 7, 32)
     mask = torch.zeros(2, 1, 1, 7)
     mask[1, ..., 5:] = -1e4
-    return block, (x, mask), export(block, (x, mask), ["x", "mask"])
+    return block, (x, mask), export(block, (x, mask), ["x", "mask"], opset=opset)
 
 
 def test_transformer_block_matches_onnxruntime_and_torch():
@@ -117,3 +121,26 @@ def test_public_one_liner(dtype):
     x = np.random.default_rng(0).standard_normal((3, 4)).astype(dtype)
     out = tensorsmith.build(make_mlp_model()).run({"x": x})
     np.testing.assert_allclose(out["y"], ort_run(make_mlp_model(), {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_resnet_block_is_folded_and_fused():
+    model = ResidualBlock()
+    _randomize_bn(model)
+    proto = export(model, (torch.randn(2, 3, 16, 16),), ["x"])
+    assert [n.op_type for n in proto.graph.node].count("BatchNormalization") == 2
+    engine = tensorsmith.build(proto)
+    ops = [n.op_type for n in engine.plan.graph.nodes]
+    assert "BatchNormalization" not in ops
+    kinds = [(l.kind, [n.op_type for n in l.nodes]) for l in engine.layers]
+    assert ("convolution", ["Conv", "Add", "Relu"]) in kinds  # conv2 + bn2 + residual add + relu
+
+
+def test_transformer_block_patterns_are_recognized():
+    """At opset 13 the exporter writes LayerNorm and GELU out op by op; the passes rebuild them."""
+    block, (x, mask), proto = transformer_block_model(opset=13)
+    engine = tensorsmith.build(proto)
+    ops = [n.op_type for n in engine.plan.graph.nodes]
+    assert ops.count("LayerNormalization") == 2 and ops.count("Gelu") == 1 and ops.count("Attention") == 1
+    assert "Softmax" not in ops and "Erf" not in ops
+    feeds = {"x": x.numpy(), "mask": mask.numpy()}
+    np.testing.assert_allclose(engine.run(feeds)["out"], ort_run(proto, feeds)[0], rtol=1e-4, atol=1e-5)

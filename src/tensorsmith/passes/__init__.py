@@ -30,7 +30,7 @@ from .manager import (
 
 PIPELINE[:] = [
     "dead_code_elimination", "identity_elimination", "common_subexpression_elimination",
-    "constant_folding", "shape_folding",
+    "constant_folding", "shape_folding", "shape_inference",
     "transpose_cancellation", "transpose_into_gemm", "concat_slice_elimination",
     "batchnorm_folding", "scale_shift_folding",
     "gelu_recognition", "silu_recognition", "softmax_recognition", "layernorm_recognition",

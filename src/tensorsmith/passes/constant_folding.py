@@ -8,6 +8,7 @@ import torch
 
 from ..ir import Graph, Node
 from ..ops import RunContext, lookup
+from ..ops.inference import infer_graph
 from .manager import register_pass
 from .rewrite import constant_value, replace_with_constant
 
@@ -104,3 +105,11 @@ def _fold_gather_of_shape(graph: Graph, node: Node) -> bool:
         return False
     _fold(graph, node, [torch.tensor(picked, dtype=torch.int64).reshape(idx.shape)])
     return True
+
+
+@register_pass("shape_inference", 1, "infer types again after folding, so later passes see the now-static shapes",
+               fixed_point=False)
+def shape_inference(graph: Graph) -> bool:
+    before = [v.type for n in graph.nodes for v in n.outputs]
+    infer_graph(graph)
+    return before != [v.type for n in graph.nodes for v in n.outputs]
