@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable
+import time
+from typing import Any, Iterable, Mapping
 
-from .engine import Plan
+import torch
+
+from .engine import LayerPlan, Plan
 from .errors import TensorsmithError
 from .frontends import import_onnx
-from .ir import Graph, verify
+from .ir import DType, Graph, TensorType, verify
+from .ops.inference import infer_graph
 from .passes import DEFAULT_OPT_LEVEL, check_pass_options, group_layers, run_passes
+from .passes.precision import convert_precision
 from .runtime import Engine
 
-TARGETS = ("cpu",)
+TARGETS = ("cpu", "cuda")
+PRECISIONS = {"fp32": None, "tf32": None, "fp16": DType.FLOAT16, "bf16": DType.BFLOAT16}
 log = logging.getLogger("tensorsmith.build")
 
 
@@ -21,24 +27,120 @@ def build(
     target: str = "cpu",
     opt_level: int = DEFAULT_OPT_LEVEL,
     disable_passes: Iterable[str] = (),
+    precision: str = "fp32",
+    input_shapes: Mapping[str, Iterable[int]] | None = None,
+    timing_cache: Any = None,
+    workspace: int | None = None,
+    tune: bool = True,
+    cuda_graphs: bool = True,
 ) -> Engine:
     """Build an Engine from an ONNX path, bytes, onnx.ModelProto or an IR Graph.
 
-    `opt_level` (0..5) selects the graph passes (0 changes nothing numerically); any pass can
-    be switched off by name with `disable_passes` (see `tensorsmith.passes.describe_passes()`).
-    `target` is "cpu" (the op-by-op PyTorch reference); the GPU target slots in here.
+    - `target`: "cpu" runs the graph op by op on PyTorch; "cuda" tunes a tactic per Layer on
+      the current GPU and runs the plan (replayed as a CUDA graph unless `cuda_graphs=False`).
+    - `opt_level` (0..5) selects the graph passes (0 changes nothing numerically); any pass can
+      be switched off by name with `disable_passes` (see `tensorsmith.passes.describe_passes()`).
+    - `precision`: "fp32", "tf32" (float32 with TF32 matrix math), "fp16" or "bf16" (GPU).
+    - `input_shapes`: concrete shapes for inputs with symbolic dims (the GPU target tunes at
+      concrete shapes), e.g. {"x": (32, 3, 224, 224)}.
+    - `timing_cache`: a path (or TimingCache) whose entries skip tuning for Layers seen before.
+    - `workspace`: the most scratch memory in bytes a tactic may use.
     """
     if target not in TARGETS:
         raise TensorsmithError(f"unknown target '{target}'; choose one of {list(TARGETS)}")
+    if precision not in PRECISIONS:
+        raise TensorsmithError(f"unknown precision '{precision}'; choose one of {list(PRECISIONS)}")
+    if target == "cpu" and precision != "fp32":
+        raise TensorsmithError(f"precision '{precision}' needs target='cuda'; the CPU target runs fp32")
+    if target == "cuda" and not torch.cuda.is_available():
+        raise TensorsmithError("target 'cuda' needs a CUDA GPU and a CUDA build of torch; use target='cpu'")
     disable_passes = list(disable_passes)
     check_pass_options(opt_level, disable_passes)
+    t0 = time.perf_counter()
     graph = model if isinstance(model, Graph) else import_onnx(model)
     verify(graph)
+    if input_shapes:
+        specialize_shapes(graph, input_shapes)
     nodes_before = len(graph.nodes)
     for run in run_passes(graph, opt_level, disable_passes):
         log.debug("pass %-34s %3d changes %7.1f ms", run.name, run.changes, run.seconds * 1e3)
+    half = PRECISIONS[precision]
+    if half is not None:
+        convert_precision(graph, half)
+        graph.layers = None
     if graph.layers is None:
-        group_layers(graph, fuse=False)
+        group_layers(graph, fuse=opt_level >= 3 and "layer_fusion" not in disable_passes)
     verify(graph)
     log.info("optimized %d nodes into %d nodes in %d layers", nodes_before, len(graph.nodes), len(graph.layers))
-    return Engine(Plan.from_graph(graph, target))
+    plan = Plan.from_graph(graph, target, precision)
+    if target == "cpu":
+        return Engine(plan)
+    from .tuner import TimingCache
+
+    cache = timing_cache if isinstance(timing_cache, TimingCache) or timing_cache is None else TimingCache(timing_cache)
+    with _matmul_precision(precision):
+        plan.layers, runners = plan_layers(graph, torch.device("cuda"), precision, cache, workspace, tune)
+    if cache is not None:
+        cache.save()
+    log.info("built in %.1f s", time.perf_counter() - t0)
+    return Engine(plan, runners=runners, cuda_graphs=cuda_graphs)
+
+
+class _matmul_precision:
+    """TF32 for float32 matrix math only when asked for (precision='tf32'), as TensorRT's --tf32."""
+
+    def __init__(self, precision: str):
+        self.allow = precision == "tf32"
+
+    def __enter__(self):
+        self.saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = self.allow
+
+    def __exit__(self, *exc):
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = self.saved
+
+
+def specialize_shapes(graph: Graph, input_shapes: Mapping[str, Iterable[int]]) -> None:
+    """Give inputs concrete shapes (symbols bound consistently) and infer every value again."""
+    by_name = {v.name: v for v in graph.inputs}
+    for name, shape in input_shapes.items():
+        if name not in by_name:
+            raise TensorsmithError(f"input_shapes names '{name}', which is not an input; inputs: {sorted(by_name)}")
+        v = by_name[name]
+        shape = tuple(int(d) for d in shape)
+        declared = v.type.shape if v.type is not None else None
+        if declared is not None and len(declared) != len(shape):
+            raise TensorsmithError(f"input_shapes['{name}'] has rank {len(shape)}, the input is {v.type}")
+        for d, n in zip(declared or (), shape):
+            if isinstance(d, int) and d != n:
+                raise TensorsmithError(f"input_shapes['{name}'] = {list(shape)} conflicts with the model's {v.type}")
+        v.type = TensorType(v.type.dtype if v.type else None, shape)
+    for n in graph.nodes:
+        for v in n.outputs:
+            v.type = None
+    infer_graph(graph)
+
+
+def plan_layers(graph: Graph, device: torch.device, precision: str = "fp32", cache=None,
+                workspace: int | None = None, tune: bool = True, allowed: set[str] | None = None):
+    """Choose a tactic for each Layer of a grouped graph; returns (LayerPlans, runners)."""
+    from .tactics import LayerContext
+    from .tuner import choose_tactic
+
+    half = PRECISIONS[precision]
+    dtype = half.torch if half is not None else torch.float32
+    weights = {name: t.to(device) for name, t in graph.initializers.items()}
+    plans, runners = [], []
+    n = len(graph.layers)
+    t0 = time.perf_counter()
+    for i, layer in enumerate(graph.layers):
+        layer_weights = {v.name: weights[v.name] for v in layer.weights(graph)}
+        lc = LayerContext(layer, graph, layer_weights, device, dtype)
+        choice = choose_tactic(lc, cache=cache, workspace_limit=workspace, allowed=allowed, tune=tune)
+        log.info("[%d/%d %5.1fs] %s: %s%s", i + 1, n, time.perf_counter() - t0, layer.name, choice.tactic,
+                 " (cached)" if choice.cached else "")
+        layer.attrs.update(tactic=choice.tactic, config=choice.config)
+        plans.append(LayerPlan(layer.name, choice.tactic, choice.config, [v.name for v in lc.inputs],
+                               [v.name for v in lc.outputs], choice.ms))
+        runners.append(choice.runner)
+    return plans, runners

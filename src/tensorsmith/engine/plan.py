@@ -1,4 +1,4 @@
-"""A Plan: what the builder hands to the runtime (the graph to run, its I/O and its target)."""
+"""A Plan: what the builder hands to the runtime (the graph, its I/O, target and per-Layer tactics)."""
 
 from __future__ import annotations
 
@@ -19,14 +19,28 @@ class IOTensor:
 
 
 @dataclass
+class LayerPlan:
+    """The tactic chosen for one Layer, and the values it reads and writes (activations)."""
+
+    name: str
+    tactic: str
+    config: dict
+    inputs: list[str]
+    outputs: list[str]
+    ms: float | None = None  # tuned time, when it was timed
+
+
+@dataclass
 class Plan:
     graph: Graph
     target: str  # "cpu", or "cuda" for the GPU target
     inputs: list[IOTensor] = field(default_factory=list)
     outputs: list[IOTensor] = field(default_factory=list)
+    layers: list[LayerPlan] = field(default_factory=list)  # empty on the CPU target (op by op)
+    precision: str = "fp32"
 
     @staticmethod
-    def from_graph(graph: Graph, target: str) -> "Plan":
+    def from_graph(graph: Graph, target: str, precision: str = "fp32") -> "Plan":
         ins = [IOTensor(v.name, v.type or TensorType(None, None)) for v in graph.inputs]
         outs = [IOTensor(v.name, v.type or TensorType(None, None)) for v in graph.outputs]
-        return Plan(graph, target, ins, outs)
+        return Plan(graph, target, ins, outs, precision=precision)

@@ -1,0 +1,176 @@
+"""Tactics that call cuDNN/cuBLAS(Lt) through PyTorch, with the epilogue fused where PyTorch
+exposes a fused call (conv+bias+relu, conv+bias+add+relu, addmm with bias+relu/gelu), and the
+rest of the Layer run op by op after it."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from ..ir import Node
+from ..ops import RunContext, lookup
+from .base import LayerContext, Runner, Tactic, register_tactic
+
+
+def _tail_runner(lc: LayerContext, head: Callable[[dict], None], consumed: int) -> Runner:
+    """A runner that computes the first `consumed` nodes with `head(env)` (which writes the
+    output of the last consumed node into env) and the remaining nodes with their references."""
+    rest = [(lookup(n.op_type, n.domain, n.opset, n.name).reference, RunContext(n), n) for n in lc.nodes[consumed:]]
+    in_names = [v.name for v in lc.inputs]
+    out_names = [v.name for v in lc.outputs]
+    weights = dict(lc.weights)
+
+    def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        env = dict(weights)
+        env.update(zip(in_names, inputs))
+        head(env)
+        for ref, ctx, node in rest:
+            res = ref(ctx, *[env[v.name] if v is not None else None for v in node.inputs])
+            res = res if isinstance(res, (tuple, list)) else (res,)
+            env.update((v.name, t) for v, t in zip(node.outputs, res))
+        return [env[n] for n in out_names]
+
+    return run
+
+
+def _other_input(node: Node, v) -> object:
+    return node.inputs[1] if node.inputs[0] is v else node.inputs[0]
+
+
+# -- convolution: cuDNN, with relu / add+relu fused --------------------------------------------
+
+def _conv2d_geometry(node: Node, lc: LayerContext):
+    """(stride, padding, dilation, groups) if the conv is 2-D with symmetric explicit padding."""
+    if node.op_type != "Conv" or len(lc.shape(node.inputs[0])) != 4:
+        return None
+    if node.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        return None
+    pads = list(node.attrs.get("pads", [0, 0, 0, 0]))
+    if pads[:2] != pads[2:]:
+        return None
+    return (tuple(node.attrs.get("strides", [1, 1])), tuple(pads[:2]), tuple(node.attrs.get("dilations", [1, 1])),
+            node.attrs.get("group", 1))
+
+
+class CudnnConvTactic(Tactic):
+    """cuDNN convolution; configs choose the memory format and whether relu / residual+relu
+    run inside cuDNN (torch.cudnn_convolution_relu / cudnn_convolution_add_relu)."""
+
+    name = "torch.cudnn_conv"
+
+    def applies(self, lc: LayerContext) -> bool:
+        anchor = lc.anchor
+        return (lc.device.type == "cuda" and anchor is lc.nodes[0] and anchor.op_type == "Conv"
+                and _conv2d_geometry(anchor, lc) is not None and lc.is_weight(anchor.inputs[1])
+                and (len(anchor.inputs) < 3 or anchor.inputs[2] is None or lc.is_weight(anchor.inputs[2]))
+                and lc.inputs and lc.inputs[0] is anchor.inputs[0] and lc.dtype != torch.float64)
+
+    def _fusion(self, lc: LayerContext) -> str:
+        """Which epilogue cuDNN can take: 'add_relu', 'relu' or 'none'."""
+        nodes, conv = lc.nodes, lc.anchor
+        out = conv.outputs[0]
+        if len(nodes) >= 3 and nodes[1].op_type == "Add" and nodes[2].op_type == "Relu":
+            other = _other_input(nodes[1], out)
+            if other is not None and not lc.is_weight(other) and lc.shape(other) == lc.shape(out):
+                return "add_relu"
+        if len(nodes) >= 2 and nodes[1].op_type == "Relu":
+            return "relu"
+        return "none"
+
+    def configs(self, lc: LayerContext) -> list[dict]:
+        fusion = self._fusion(lc)
+        fusions = ["none"] if fusion == "none" else [fusion, "none"]
+        return [{"channels_last": cl, "fuse": f} for cl in (True, False) for f in fusions]
+
+    def compile(self, lc: LayerContext, config: dict) -> Runner:
+        conv = lc.anchor
+        stride, padding, dilation, groups = _conv2d_geometry(conv, lc)
+        fmt = torch.channels_last if config.get("channels_last") else torch.contiguous_format
+        w = lc.weight(conv.inputs[1]).contiguous(memory_format=fmt)
+        b = lc.weight(conv.inputs[2]) if len(conv.inputs) > 2 and conv.inputs[2] is not None else None
+        x_name, out = conv.inputs[0].name, conv.outputs[0].name
+        fuse = config.get("fuse", "none")
+        nodes = lc.nodes
+
+        def finish(y: torch.Tensor) -> torch.Tensor:
+            return y.contiguous() if fmt is torch.channels_last else y
+
+        if fuse == "add_relu":
+            z_name = _other_input(nodes[1], conv.outputs[0]).name
+            last = nodes[2].outputs[0].name
+
+            def head(env):
+                x = env[x_name].contiguous(memory_format=fmt)
+                z = env[z_name].contiguous(memory_format=fmt)
+                env[last] = finish(torch.cudnn_convolution_add_relu(x, w, z, 1.0, b, stride, padding, dilation, groups))
+            return _tail_runner(lc, head, 3)
+        if fuse == "relu":
+            last = nodes[1].outputs[0].name
+
+            def head(env):
+                x = env[x_name].contiguous(memory_format=fmt)
+                env[last] = finish(torch.cudnn_convolution_relu(x, w, b, stride, padding, dilation, groups))
+            return _tail_runner(lc, head, 2)
+
+        def head(env):
+            x = env[x_name].contiguous(memory_format=fmt)
+            env[out] = finish(F.conv2d(x, w, b, stride, padding, dilation, groups))
+        return _tail_runner(lc, head, 1)
+
+
+# -- matrix products: cuBLASLt with bias (+relu/gelu) epilogues ---------------------------------
+
+class CublasLinearTactic(Tactic):
+    """MatMul(x, W) [+ bias] [-> Relu/Gelu] as one addmm with a cuBLASLt epilogue."""
+
+    name = "torch.cublas_linear"
+
+    def _parts(self, lc: LayerContext):
+        mm = lc.anchor
+        if mm is None or mm is not lc.nodes[0] or mm.op_type != "MatMul" or not lc.is_weight(mm.inputs[1]):
+            return None
+        w = lc.weight(mm.inputs[1])
+        if w.dim() != 2 or not lc.inputs or lc.inputs[0] is not mm.inputs[0]:
+            return None
+        consumed, bias, act = 1, None, None
+        out = mm.outputs[0]
+        nodes = lc.nodes
+        if len(nodes) > 1 and nodes[1].op_type == "Add":
+            other = _other_input(nodes[1], out)
+            if lc.is_weight(other) and lc.weight(other).numel() == w.shape[1]:
+                bias, consumed, out = other, 2, nodes[1].outputs[0]
+        if bias is not None and len(nodes) > consumed:
+            n = nodes[consumed]
+            if n.op_type == "Relu" or (n.op_type == "Gelu" and n.attrs.get("approximate", "none") == "tanh"):
+                act, consumed = n, consumed + 1
+        return mm, w, bias, act, consumed
+
+    def applies(self, lc: LayerContext) -> bool:
+        return lc.device.type == "cuda" and lc.dtype in (torch.float16, torch.bfloat16, torch.float32) \
+            and self._parts(lc) is not None
+
+    def compile(self, lc: LayerContext, config: dict) -> Runner:
+        mm, w, bias, act, consumed = self._parts(lc)
+        b = lc.weight(bias).reshape(-1) if bias is not None else None
+        x_name = mm.inputs[0].name
+        last = lc.nodes[consumed - 1].outputs[0].name
+        k, n = w.shape
+        use_gelu = act is not None and act.op_type == "Gelu"
+
+        def head(env):
+            x = env[x_name]
+            x2 = x.reshape(-1, k)
+            if b is None:
+                y = x2 @ w
+            elif act is None:
+                y = torch.addmm(b, x2, w)
+            else:
+                y = torch._addmm_activation(b, x2, w, use_gelu=use_gelu)
+            env[last] = y.reshape(*x.shape[:-1], n)
+        return _tail_runner(lc, head, consumed)
+
+
+register_tactic(CudnnConvTactic())
+register_tactic(CublasLinearTactic())

@@ -1,0 +1,1 @@
+"""Triton kernels generated from templates plus configs (importing needs the triton package)."""
