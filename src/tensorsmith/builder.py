@@ -82,6 +82,12 @@ def build(
         plan.layers, runners = plan_layers(graph, torch.device("cuda"), precision, cache, workspace, tune)
     if cache is not None:
         cache.save()
+    from .engine.memory import plan_memory
+
+    plan.memory = plan_memory(graph, plan.layers).summary()
+    log.info("activations: %.1f MiB arena (%.1f MiB without reuse); weights %.1f MiB",
+             plan.memory["activation_arena_bytes"] / 2**20, plan.memory["activation_naive_bytes"] / 2**20,
+             plan.memory["weight_bytes"] / 2**20)
     log.info("built in %.1f s", time.perf_counter() - t0)
     return Engine(plan, runners=runners, cuda_graphs=cuda_graphs)
 
@@ -121,6 +127,18 @@ def specialize_shapes(graph: Graph, input_shapes: Mapping[str, Iterable[int]]) -
     infer_graph(graph)
 
 
+def place_weights(graph: Graph, device: torch.device) -> dict[str, torch.Tensor]:
+    """Weights on the device, except those only read on the host (shapes, axes: see HOST_INPUTS)."""
+    from .ops.registry import is_host_input
+
+    weights = {}
+    for name, t in graph.initializers.items():
+        users = graph.values[name].users
+        on_host = bool(users) and all(is_host_input(n.op_type, i) for n, i in users)
+        weights[name] = t if on_host else t.to(device)
+    return weights
+
+
 def plan_layers(graph: Graph, device: torch.device, precision: str = "fp32", cache=None,
                 workspace: int | None = None, tune: bool = True, allowed: set[str] | None = None):
     """Choose a tactic for each Layer of a grouped graph; returns (LayerPlans, runners)."""
@@ -129,7 +147,7 @@ def plan_layers(graph: Graph, device: torch.device, precision: str = "fp32", cac
 
     half = PRECISIONS[precision]
     dtype = half.torch if half is not None else torch.float32
-    weights = {name: t.to(device) for name, t in graph.initializers.items()}
+    weights = place_weights(graph, device)
     plans, runners = [], []
     n = len(graph.layers)
     t0 = time.perf_counter()

@@ -38,6 +38,7 @@ class Plan:
     outputs: list[IOTensor] = field(default_factory=list)
     layers: list[LayerPlan] = field(default_factory=list)  # empty on the CPU target (op by op)
     precision: str = "fp32"
+    memory: dict = field(default_factory=dict)  # MemoryPlan.summary() of a plan of Layers
 
     @staticmethod
     def from_graph(graph: Graph, target: str, precision: str = "fp32") -> "Plan":

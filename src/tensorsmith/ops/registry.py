@@ -120,6 +120,26 @@ def register(
     return deco
 
 
+# Inputs whose values the reference reads on the host (shapes, axes, sizes, thresholds), as
+# TensorRT's shape tensors: on a GPU they stay on the CPU, so reading them needs no device sync
+# (and works inside CUDA graph capture).
+_REDUCE = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+           "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare")
+HOST_INPUTS: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Split": (1,), "Slice": (1, 2, 3, 4), "Pad": (1, 3),
+    "Squeeze": (1,), "Unsqueeze": (1,), "TopK": (1,), "Resize": (1, 2, 3), "Upsample": (1,),
+    "Range": (0, 1, 2), "ConstantOfShape": (0,), "OneHot": (1,), "CenterCropPad": (1,), "Trilu": (1,),
+    "CumSum": (1,), "CumProd": (1,), "Dropout": (1, 2), "NonMaxSuppression": (2, 3, 4), "DFT": (1, 2),
+    "STFT": (1, 3), "HannWindow": (0,), "HammingWindow": (0,), "BlackmanWindow": (0,),
+    "MelWeightMatrix": (0, 1, 2, 3, 4), "Loop": (0, 1), "Col2Im": (1, 2), "MaxUnpool": (2,),
+    "AffineGrid": (1,), **{op: (1,) for op in _REDUCE},
+}
+
+
+def is_host_input(op_type: str, index: int) -> bool:
+    return index in HOST_INPUTS.get(op_type, ())
+
+
 def lookup(op_type: str, domain: str = "", opset: int = 0, node: str = "") -> OpDef:
     d = _DOMAIN_ALIASES.get(domain, domain)
     op = REGISTRY.get((d, op_type))

@@ -82,7 +82,10 @@ class CudnnConvTactic(Tactic):
     def configs(self, lc: LayerContext) -> list[dict]:
         fusion = self._fusion(lc)
         fusions = ["none"] if fusion == "none" else [fusion, "none"]
-        return [{"channels_last": cl, "fuse": f} for cl in (True, False) for f in fusions]
+        # Half precision runs NHWC (tensor cores want it; activations stay channels-last from
+        # conv to conv, so the layout is not a per-layer choice the tuner could time fairly).
+        layouts = (True,) if lc.dtype in (torch.float16, torch.bfloat16) else (False, True)
+        return [{"channels_last": cl, "fuse": f} for cl in layouts for f in fusions]
 
     def compile(self, lc: LayerContext, config: dict) -> Runner:
         conv = lc.anchor
@@ -95,7 +98,7 @@ class CudnnConvTactic(Tactic):
         nodes = lc.nodes
 
         def finish(y: torch.Tensor) -> torch.Tensor:
-            return y.contiguous() if fmt is torch.channels_last else y
+            return y  # channels-last outputs stay so: the next conv reads them without a copy
 
         if fuse == "add_relu":
             z_name = _other_input(nodes[1], conv.outputs[0]).name
@@ -129,9 +132,11 @@ class CublasLinearTactic(Tactic):
 
     def _parts(self, lc: LayerContext):
         mm = lc.anchor
-        if mm is None or mm is not lc.nodes[0] or mm.op_type != "MatMul" or not lc.is_weight(mm.inputs[1]):
+        if mm is None or mm is not lc.nodes[0] or mm.op_type not in ("MatMul", "Gemm") or not lc.is_weight(mm.inputs[1]):
             return None
         w = lc.weight(mm.inputs[1])
+        if mm.op_type == "Gemm":
+            return self._gemm_parts(lc, mm, w)
         if w.dim() != 2 or not lc.inputs or lc.inputs[0] is not mm.inputs[0]:
             return None
         consumed, bias, act = 1, None, None
@@ -146,6 +151,22 @@ class CublasLinearTactic(Tactic):
             if n.op_type == "Relu" or (n.op_type == "Gelu" and n.attrs.get("approximate", "none") == "tanh"):
                 act, consumed = n, consumed + 1
         return mm, w, bias, act, consumed
+
+    def _gemm_parts(self, lc: LayerContext, gemm: Node, w: torch.Tensor):
+        """Gemm(x, W, c) with alpha = beta = 1, transA = 0 and a per-column bias c (or none)."""
+        a = gemm.attrs
+        if a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or a.get("beta", 1.0) != 1.0 or w.dim() != 2:
+            return None
+        if not lc.inputs or lc.inputs[0] is not gemm.inputs[0]:
+            return None
+        w = w.t() if a.get("transB", 0) else w
+        c = gemm.inputs[2] if len(gemm.inputs) > 2 else None
+        if c is not None and (not lc.is_weight(c) or lc.weight(c).numel() != w.shape[1]):
+            return None
+        consumed, act = 1, None
+        if c is not None and len(lc.nodes) > 1 and lc.nodes[1].op_type == "Relu":
+            act, consumed = lc.nodes[1], 2
+        return gemm, w.contiguous(), c, act, consumed
 
     def applies(self, lc: LayerContext) -> bool:
         return lc.device.type == "cuda" and lc.dtype in (torch.float16, torch.bfloat16, torch.float32) \
@@ -172,5 +193,60 @@ class CublasLinearTactic(Tactic):
         return _tail_runner(lc, head, consumed)
 
 
+# -- pooling: cuDNN pooling through torch -------------------------------------------------------
+
+class TorchPoolTactic(Tactic):
+    """2-D MaxPool/AveragePool with symmetric padding (no Indices output), and global pooling."""
+
+    name = "torch.pool"
+
+    def _pool(self, lc: LayerContext):
+        node = lc.anchor
+        if node is None or node is not lc.nodes[0] or lc.inputs[:1] != [node.inputs[0]]:
+            return None
+        if node.op_type in ("GlobalAveragePool", "GlobalMaxPool"):
+            return node if len(lc.shape(node.inputs[0])) >= 3 else None
+        if node.op_type not in ("MaxPool", "AveragePool") or len(lc.shape(node.inputs[0])) != 4:
+            return None
+        if len(node.outputs) > 1 or node.attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+            return None
+        pads = list(node.attrs.get("pads", [0, 0, 0, 0]))
+        if pads[:2] != pads[2:] or any(d != 1 for d in node.attrs.get("dilations", [1, 1])):
+            return None
+        k = node.attrs.get("kernel_shape")
+        if k is None or any(p > kk // 2 for p, kk in zip(pads[:2], k)):
+            return None  # torch requires pad <= kernel/2
+        return node
+
+    def applies(self, lc: LayerContext) -> bool:
+        return lc.device.type == "cuda" and lc.dtype != torch.float64 and self._pool(lc) is not None
+
+    def compile(self, lc: LayerContext, config: dict) -> Runner:
+        node = self._pool(lc)
+        x_name, out = node.inputs[0].name, node.outputs[0].name
+        op = node.op_type
+        if op.startswith("Global"):
+            dims = tuple(range(2, len(lc.shape(node.inputs[0]))))
+
+            def head(env):
+                x = env[x_name]
+                env[out] = x.mean(dims, keepdim=True) if op == "GlobalAveragePool" else x.amax(dims, keepdim=True)
+            return _tail_runner(lc, head, 1)
+        k = tuple(node.attrs["kernel_shape"])
+        stride = tuple(node.attrs.get("strides", [1, 1]))
+        pad = tuple(node.attrs.get("pads", [0, 0, 0, 0])[:2])
+        ceil = bool(node.attrs.get("ceil_mode", 0))
+        include_pad = bool(node.attrs.get("count_include_pad", 0))
+
+        def head(env):
+            x = env[x_name]
+            if op == "MaxPool":
+                env[out] = F.max_pool2d(x, k, stride, pad, ceil_mode=ceil)
+            else:
+                env[out] = F.avg_pool2d(x, k, stride, pad, ceil_mode=ceil, count_include_pad=include_pad)
+        return _tail_runner(lc, head, 1)
+
+
 register_tactic(CudnnConvTactic())
 register_tactic(CublasLinearTactic())
+register_tactic(TorchPoolTactic())

@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 import torch
 
-from ..builder import PRECISIONS, specialize_shapes
+from ..builder import PRECISIONS, place_weights, specialize_shapes
 from ..frontends import import_onnx
 from ..passes import group_layers, run_passes
 from ..passes.precision import convert_precision
@@ -28,9 +28,10 @@ def layer_contexts(model: Any, input_shapes: Mapping[str, tuple] | None = None, 
         group_layers(graph, fuse=opt_level >= 3)
     dtype = half.torch if half is not None else torch.float32
     dev = torch.device(device)
+    placed = place_weights(graph, dev)
     out = []
     for layer in graph.layers:
-        weights = {v.name: graph.initializers[v.name].to(dev) for v in layer.weights(graph)}
+        weights = {v.name: placed[v.name] for v in layer.weights(graph)}
         out.append(LayerContext(layer, graph, weights, dev, dtype))
     return out
 
