@@ -36,25 +36,17 @@ def _norm_index(idx: torch.Tensor, dim: int | torch.Tensor) -> torch.Tensor:
     return torch.where(idx < 0, idx + dim, idx)
 
 
-def _shape(ctx: InferContext, i: int = 0):
-    t = ctx.input(i)
-    return None if t is None else t.shape
-
-
-def _dtype(ctx: InferContext, i: int = 0):
-    t = ctx.input(i)
-    return None if t is None else t.dtype
 
 
 # -- Gather, GatherElements, GatherND -------------------------------------------------
 
 
 def _gather_infer(ctx: InferContext) -> list[TensorType]:
-    s, idx = _shape(ctx, 0), _shape(ctx, 1)
+    s, idx = ctx.shape(0), ctx.shape(1)
     if s is None or idx is None:
-        return [TensorType(_dtype(ctx), None)]
+        return [TensorType(ctx.dtype(), None)]
     axis = normalize_axis(ctx.attr("axis", 0), len(s))
-    return [TensorType(_dtype(ctx), tuple(s[:axis]) + tuple(idx) + tuple(s[axis + 1:]))]
+    return [TensorType(ctx.dtype(), tuple(s[:axis]) + tuple(idx) + tuple(s[axis + 1:]))]
 
 
 @register("Gather", infer=_gather_infer)
@@ -65,7 +57,7 @@ def gather(ctx, data, indices):
     return out.reshape(data.shape[:axis] + indices.shape + data.shape[axis + 1:])
 
 
-@register("GatherElements", infer=lambda ctx: [TensorType(_dtype(ctx), _shape(ctx, 1))])
+@register("GatherElements", infer=lambda ctx: [TensorType(ctx.dtype(), ctx.shape(1))])
 def gather_elements(ctx, data, indices):
     axis = normalize_axis(ctx.attr("axis", 0), data.dim())
     idx = _norm_index(indices, data.shape[axis])
@@ -73,11 +65,11 @@ def gather_elements(ctx, data, indices):
 
 
 def _gathernd_infer(ctx: InferContext) -> list[TensorType]:
-    s, idx = _shape(ctx, 0), _shape(ctx, 1)
+    s, idx = ctx.shape(0), ctx.shape(1)
     b = ctx.attr("batch_dims", 0)
     if s is None or idx is None or not isinstance(idx[-1], int):
-        return [TensorType(_dtype(ctx), None)]
-    return [TensorType(_dtype(ctx), tuple(idx[:-1]) + tuple(s[b + idx[-1]:]))]
+        return [TensorType(ctx.dtype(), None)]
+    return [TensorType(ctx.dtype(), tuple(idx[:-1]) + tuple(s[b + idx[-1]:]))]
 
 
 @register("GatherND", infer=_gathernd_infer)
@@ -178,8 +170,8 @@ def tensor_scatter(ctx, past, update, write_indices=None):
 
 
 def _onehot_infer(ctx: InferContext) -> list[TensorType]:
-    s = _shape(ctx, 0)
-    dt = _dtype(ctx, 2)
+    s = ctx.shape(0)
+    dt = ctx.dtype(2)
     if s is None:
         return [TensorType(dt, None)]
     depth = ctx.const(1)
@@ -204,7 +196,7 @@ def one_hot(ctx, indices, depth, values):
 
 
 def _nonzero_infer(ctx: InferContext) -> list[TensorType]:
-    s = _shape(ctx)
+    s = ctx.shape()
     rank = fresh_dim() if s is None else max(len(s), 1)
     return [TensorType(INT64, (rank, fresh_dim()))]
 
@@ -219,12 +211,12 @@ def nonzero(ctx, x):
 
 
 def _compress_infer(ctx: InferContext) -> list[TensorType]:
-    s = _shape(ctx)
+    s = ctx.shape()
     axis = ctx.attr("axis")
     if s is None or axis is None:
-        return [TensorType(_dtype(ctx), (fresh_dim(),))]
+        return [TensorType(ctx.dtype(), (fresh_dim(),))]
     axis = normalize_axis(axis, len(s))
-    return [TensorType(_dtype(ctx), tuple(s[:axis]) + (fresh_dim(),) + tuple(s[axis + 1:]))]
+    return [TensorType(ctx.dtype(), tuple(s[:axis]) + (fresh_dim(),) + tuple(s[axis + 1:]))]
 
 
 @register("Compress", infer=_compress_infer)
@@ -255,14 +247,14 @@ def _order_key(x: torch.Tensor) -> torch.Tensor:
 
 
 def _topk_infer(ctx: InferContext) -> list[TensorType]:
-    s = _shape(ctx)
+    s = ctx.shape()
     if s is None:
-        return [TensorType(_dtype(ctx), None), TensorType(INT64, None)]
+        return [TensorType(ctx.dtype(), None), TensorType(INT64, None)]
     axis = normalize_axis(ctx.attr("axis", -1), len(s))
     k = shape_value(ctx, 1)
     k = k[0] if k is not None and len(k) == 1 else fresh_dim()
     shape = tuple(s[:axis]) + (k,) + tuple(s[axis + 1:])
-    return [TensorType(_dtype(ctx), shape), TensorType(INT64, shape)]
+    return [TensorType(ctx.dtype(), shape), TensorType(INT64, shape)]
 
 
 @register("TopK", infer=_topk_infer)
@@ -278,7 +270,7 @@ def topk(ctx, x, k):
 
 
 def _arg_infer(ctx: InferContext) -> list[TensorType]:
-    s = _shape(ctx)
+    s = ctx.shape()
     if s is None:
         return [TensorType(INT64, None)]
     axis = normalize_axis(ctx.attr("axis", 0), len(s))
@@ -304,7 +296,7 @@ register("ArgMin", infer=_arg_infer)(_arg(torch.argmin))
 
 
 def _unique_infer(ctx: InferContext) -> list[TensorType]:
-    s = _shape(ctx)
+    s = ctx.shape()
     axis = ctx.attr("axis")
     n = fresh_dim()
     if axis is None or s is None:
@@ -313,7 +305,7 @@ def _unique_infer(ctx: InferContext) -> list[TensorType]:
         axis = normalize_axis(axis, len(s))
         y = tuple(s[:axis]) + (n,) + tuple(s[axis + 1:])
     inverse = (s[axis] if axis is not None and s is not None else fresh_dim(),)
-    return [TensorType(_dtype(ctx), y), TensorType(INT64, (n,)), TensorType(INT64, inverse), TensorType(INT64, (n,))]
+    return [TensorType(ctx.dtype(), y), TensorType(INT64, (n,)), TensorType(INT64, inverse), TensorType(INT64, (n,))]
 
 
 @register("Unique", infer=_unique_infer)

@@ -26,13 +26,11 @@ from ..ir import DType, Node, TensorType
 Reference = Callable[..., Any]
 
 
-class InferContext:
-    """What an inference rule sees of a node: input types, attributes and known constant inputs."""
+class _NodeView:
+    """What both contexts tell of a node: its attributes, its opset and how many outputs it has."""
 
-    def __init__(self, node: Node, input_types: list[TensorType | None], consts: list[torch.Tensor | None]):
+    def __init__(self, node: Node):
         self.node = node
-        self.inputs = input_types
-        self._consts = consts
 
     @property
     def opset(self) -> int:
@@ -44,6 +42,15 @@ class InferContext:
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.node.attrs.get(name, default)
+
+
+class InferContext(_NodeView):
+    """What an inference rule sees of a node: input types, attributes and known constant inputs."""
+
+    def __init__(self, node: Node, input_types: list[TensorType | None], consts: list[torch.Tensor | None]):
+        super().__init__(node)
+        self.inputs = input_types
+        self._consts = consts
 
     def const(self, i: int) -> torch.Tensor | None:
         """The value of input i when it is known at build time (initializer or folded constant)."""
@@ -52,27 +59,25 @@ class InferContext:
     def input(self, i: int) -> TensorType | None:
         return self.inputs[i] if i < len(self.inputs) else None
 
+    def shape(self, i: int = 0):
+        """Shape of input i (None when the input or its rank is unknown)."""
+        t = self.input(i)
+        return None if t is None else t.shape
+
+    def dtype(self, i: int = 0):
+        t = self.input(i)
+        return None if t is None else t.dtype
+
     def fail(self, message: str) -> ShapeInferenceError:
         return ShapeInferenceError(self.node.name, self.node.op_type, message)
 
 
-class RunContext:
+class RunContext(_NodeView):
     """What a reference sees of its node while running: attributes, opset, and subgraph execution."""
 
     def __init__(self, node: Node, run_subgraph: Callable | None = None):
-        self.node = node
+        super().__init__(node)
         self._run_subgraph = run_subgraph
-
-    @property
-    def opset(self) -> int:
-        return self.node.opset
-
-    @property
-    def num_outputs(self) -> int:
-        return len(self.node.outputs)
-
-    def attr(self, name: str, default: Any = None) -> Any:
-        return self.node.attrs.get(name, default)
 
     def run_subgraph(self, graph, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
         """Run a subgraph attribute (If/Loop/Scan body) with the enclosing scope visible."""

@@ -49,19 +49,11 @@ def _fresh_shape(rank: int) -> tuple:
     return tuple(fresh_dim() for _ in range(rank))
 
 
-def _shape(ctx: InferContext, i: int = 0):
-    t = ctx.input(i)
-    return None if t is None else t.shape
-
-
-def _dtype(ctx: InferContext, i: int = 0):
-    t = ctx.input(i)
-    return None if t is None else t.dtype
 
 
 def _static_len(ctx: InferContext, i: int) -> int | None:
     """Length of the 1-D input i when its shape is static."""
-    s = _shape(ctx, i)
+    s = ctx.shape(i)
     if s is not None and len(s) == 1 and isinstance(s[0], int):
         return s[0]
     return None
@@ -86,7 +78,7 @@ def _reshape_target(in_shape, target: list, allowzero: bool) -> list:
 
 
 def _reshape_infer(ctx: InferContext) -> list[TensorType]:
-    dt, in_shape = _dtype(ctx), _shape(ctx)
+    dt, in_shape = ctx.dtype(), ctx.shape()
     target = shape_value(ctx, 1) if len(ctx.node.inputs) > 1 else list(ctx.attr("shape", []))
     if target is None:
         n = _static_len(ctx, 1)
@@ -127,11 +119,11 @@ def _infer_minus_one(in_shape, known) -> int | str:
 
 
 def _flatten_infer(ctx: InferContext) -> list[TensorType]:
-    s = _shape(ctx)
+    s = ctx.shape()
     if s is None:
-        return [TensorType(_dtype(ctx), _fresh_shape(2))]
+        return [TensorType(ctx.dtype(), _fresh_shape(2))]
     axis = _flatten_axis(ctx, len(s))
-    return [TensorType(_dtype(ctx), (_prod(s[:axis]), _prod(s[axis:])))]
+    return [TensorType(ctx.dtype(), (_prod(s[:axis]), _prod(s[axis:])))]
 
 
 @register("Flatten", infer=_flatten_infer)
@@ -157,11 +149,11 @@ def _perm(ctx, rank: int) -> list[int]:
 
 
 def _transpose_infer(ctx: InferContext) -> list[TensorType]:
-    s = _shape(ctx)
+    s = ctx.shape()
     if s is None:
         perm = ctx.attr("perm")
-        return [TensorType(_dtype(ctx), None if perm is None else _fresh_shape(len(perm)))]
-    return [TensorType(_dtype(ctx), tuple(s[p] for p in _perm(ctx, len(s))))]
+        return [TensorType(ctx.dtype(), None if perm is None else _fresh_shape(len(perm)))]
+    return [TensorType(ctx.dtype(), tuple(s[p] for p in _perm(ctx, len(s))))]
 
 
 @register("Transpose", infer=_transpose_infer)
@@ -177,7 +169,7 @@ def _axes(ctx, i: int, t: torch.Tensor | None):
 
 
 def _squeeze_infer(ctx: InferContext) -> list[TensorType]:
-    s, dt = _shape(ctx), _dtype(ctx)
+    s, dt = ctx.shape(), ctx.dtype()
     axes = shape_value(ctx, 1) if len(ctx.node.inputs) > 1 else ctx.attr("axes")
     if s is None:
         return [TensorType(dt, None)]
@@ -218,7 +210,7 @@ def _unsqueezed(shape, axes: list[int]) -> list:
 
 
 def _unsqueeze_infer(ctx: InferContext) -> list[TensorType]:
-    s, dt = _shape(ctx), _dtype(ctx)
+    s, dt = ctx.shape(), ctx.dtype()
     axes = shape_value(ctx, 1) if len(ctx.node.inputs) > 1 else ctx.attr("axes")
     if s is None or axes is None or not all(isinstance(a, int) for a in axes):
         n = _static_len(ctx, 1) if len(ctx.node.inputs) > 1 else None
@@ -290,7 +282,7 @@ def _split_sizes(ctx, dim: int, split: list[int] | None, n_out: int) -> list[int
 
 
 def _split_infer(ctx: InferContext) -> list[TensorType]:
-    s, dt = _shape(ctx), _dtype(ctx)
+    s, dt = ctx.shape(), ctx.dtype()
     n = ctx.num_outputs
     if s is None:
         return [TensorType(dt, None)] * n
@@ -326,7 +318,7 @@ def _slice_args(x_rank: int, starts, ends, axes, steps):
 
 
 def _slice_infer(ctx: InferContext) -> list[TensorType]:
-    s, dt = _shape(ctx), _dtype(ctx)
+    s, dt = ctx.shape(), ctx.dtype()
     if s is None:
         return [TensorType(dt, None)]
     args = [shape_value(ctx, i) if i < len(ctx.node.inputs) and ctx.node.inputs[i] is not None else None
@@ -388,7 +380,7 @@ def _broadcast_dims(a, b) -> list:
 
 
 def _expand_infer(ctx: InferContext) -> list[TensorType]:
-    s, dt = _shape(ctx), _dtype(ctx)
+    s, dt = ctx.shape(), ctx.dtype()
     target = shape_value(ctx, 1)
     if s is None or target is None:
         n = _static_len(ctx, 1)
@@ -406,7 +398,7 @@ def expand(ctx, x, shape):
 
 
 def _tile_infer(ctx: InferContext) -> list[TensorType]:
-    s, dt = _shape(ctx), _dtype(ctx)
+    s, dt = ctx.shape(), ctx.dtype()
     reps = shape_value(ctx, 1)
     if s is None:
         return [TensorType(dt, None)]
@@ -448,7 +440,7 @@ def _pad_index(dim: int, before: int, after: int, mode: str, device) -> torch.Te
 
 
 def _pad_infer(ctx: InferContext) -> list[TensorType]:
-    s, dt = _shape(ctx), _dtype(ctx)
+    s, dt = ctx.shape(), ctx.dtype()
     if s is None:
         return [TensorType(dt, None)]
     pads = shape_value(ctx, 1)
@@ -487,7 +479,7 @@ def pad(ctx, x, pads, constant_value=None, axes=None):
 
 
 def _shape_infer(ctx: InferContext) -> list[TensorType]:
-    s = _shape(ctx)
+    s = ctx.shape()
     if s is None:
         return [TensorType(INT64, (fresh_dim(),))]
     start, end = shape_range(ctx.node.attrs, len(s))
@@ -533,7 +525,7 @@ _STASH = {1: torch.float32, 11: torch.float64}
 
 
 def _range_infer(ctx: InferContext) -> list[TensorType]:
-    dt = _dtype(ctx)
+    dt = ctx.dtype()
     vals = [ctx.const(i) for i in range(3)]
     if any(v is None for v in vals):
         return [TensorType(dt, (fresh_dim(),))]
@@ -565,11 +557,11 @@ def range_(ctx, start, limit, delta):
 def _eyelike_dtype(ctx) -> DType | None:
     code = ctx.attr("dtype")
     if code is None:
-        return _dtype(ctx) if isinstance(ctx, InferContext) else None
+        return ctx.dtype() if isinstance(ctx, InferContext) else None
     return DType.from_onnx(code, f"dtype attribute of EyeLike '{ctx.node.name}'")
 
 
-@register("EyeLike", infer=lambda ctx: [TensorType(_eyelike_dtype(ctx), _shape(ctx))])
+@register("EyeLike", infer=lambda ctx: [TensorType(_eyelike_dtype(ctx), ctx.shape())])
 def eyelike(ctx, x):
     if x.dim() != 2:
         raise ValueError(f"EyeLike: input must be 2-D, got rank {x.dim()}")
@@ -602,9 +594,9 @@ def _block(ctx, x) -> int:
 
 
 def _space_depth_infer(ctx: InferContext) -> list[TensorType]:
-    s, bs = _shape(ctx), ctx.attr("blocksize", 1)
+    s, bs = ctx.shape(), ctx.attr("blocksize", 1)
     if s is None or len(s) != 4:
-        return [TensorType(_dtype(ctx), None if s is None else _fresh_shape(4))]
+        return [TensorType(ctx.dtype(), None if s is None else _fresh_shape(4))]
     n, c, h, w = s
     if ctx.node.op_type == "DepthToSpace":
         c = c // (bs * bs) if isinstance(c, int) else fresh_dim()
@@ -612,7 +604,7 @@ def _space_depth_infer(ctx: InferContext) -> list[TensorType]:
     else:
         c = _prod([c, bs * bs])
         h, w = (d // bs if isinstance(d, int) else fresh_dim() for d in (h, w))
-    return [TensorType(_dtype(ctx), (n, c, h, w))]
+    return [TensorType(ctx.dtype(), (n, c, h, w))]
 
 
 @register("DepthToSpace", infer=_space_depth_infer)
@@ -651,18 +643,18 @@ def _crop_axes(ctx, rank: int, n: int) -> list[int]:
 
 
 def _center_crop_pad_infer(ctx: InferContext) -> list[TensorType]:
-    s, target = _shape(ctx), shape_value(ctx, 1)
+    s, target = ctx.shape(), shape_value(ctx, 1)
     if s is None:
-        return [TensorType(_dtype(ctx), None)]
+        return [TensorType(ctx.dtype(), None)]
     out = list(s)
     if target is None:
         axes = ctx.attr("axes")
         for a in range(len(s)) if axes is None else axes:
             out[normalize_axis(a, len(s))] = fresh_dim()
-        return [TensorType(_dtype(ctx), tuple(out))]
+        return [TensorType(ctx.dtype(), tuple(out))]
     for a, t in zip(_crop_axes(ctx, len(s), len(target)), target):
         out[a] = t
-    return [TensorType(_dtype(ctx), tuple(out))]
+    return [TensorType(ctx.dtype(), tuple(out))]
 
 
 @register("CenterCropPad", infer=_center_crop_pad_infer)
