@@ -15,11 +15,16 @@ from .ir import DType, Graph, TensorType, verify
 from .ops.inference import infer_graph
 from .passes import DEFAULT_OPT_LEVEL, check_pass_options, group_layers, run_passes
 from .passes.precision import convert_precision
+from .engine.profile import parse_profiles
 from .runtime import Engine
+from .runtime.refit import weight_record
+from .runtime.specialize import shape_key, specialize_graph
 
 TARGETS = ("cpu", "cuda")
 PRECISIONS = {"fp32": None, "tf32": None, "fp16": DType.FLOAT16, "bf16": DType.BFLOAT16}
 log = logging.getLogger("tensorsmith.build")
+# Passes that replace weights by new ones computed from them: off when building refittable.
+REFIT_UNSAFE_PASSES = ("batchnorm_folding", "scale_shift_folding")
 
 
 def build(
@@ -33,6 +38,8 @@ def build(
     workspace: int | None = None,
     tune: bool = True,
     cuda_graphs: bool = True,
+    profiles: Iterable[Mapping[str, Any]] | None = None,
+    refittable: bool = False,
 ) -> Engine:
     """Build an Engine from an ONNX path, bytes, onnx.ModelProto or an IR Graph.
 
@@ -45,6 +52,12 @@ def build(
       concrete shapes), e.g. {"x": (32, 3, 224, 224)}.
     - `timing_cache`: a path (or TimingCache) whose entries skip tuning for Layers seen before.
     - `workspace`: the most scratch memory in bytes a tactic may use.
+    - `profiles`: optimization profiles, e.g. [{"x": {"min": (1, 3, 224, 224), "opt": (8, 3, 224, 224),
+      "max": (32, 3, 224, 224)}}]; the graph keeps its symbolic dims, the GPU target tunes each
+      profile at `opt`, and contexts run any shape in range (see tensorsmith.engine.profile).
+    - `refittable`: keep the passes that fold weights into other weights (batchnorm_folding,
+      scale_shift_folding) off, so that `engine.refit` can replace them by name.
+    - `model` may also be a `tensorsmith.Network`.
     """
     if target not in TARGETS:
         raise TensorsmithError(f"unknown target '{target}'; choose one of {list(TARGETS)}")
@@ -55,15 +68,22 @@ def build(
     if target == "cuda" and not torch.cuda.is_available():
         raise TensorsmithError("target 'cuda' needs a CUDA GPU and a CUDA build of torch; use target='cpu'")
     disable_passes = list(disable_passes)
+    if refittable:
+        disable_passes += [p for p in REFIT_UNSAFE_PASSES if p not in disable_passes]
     check_pass_options(opt_level, disable_passes)
     t0 = time.perf_counter()
+    if hasattr(model, "to_graph"):  # a tensorsmith.Network
+        model = model.to_graph()
     graph = model if isinstance(model, Graph) else import_onnx(model)
     verify(graph)
     if input_shapes:
         specialize_shapes(graph, input_shapes)
+    profiles = parse_profiles(profiles, Plan.from_graph(graph, target).inputs)
+    originals = dict(graph.initializers)
     nodes_before = len(graph.nodes)
     for run in run_passes(graph, opt_level, disable_passes):
         log.debug("pass %-34s %3d changes %7.1f ms", run.name, run.changes, run.seconds * 1e3)
+    weights = weight_record(graph, originals)
     half = PRECISIONS[precision]
     if half is not None:
         convert_precision(graph, half)
@@ -74,22 +94,47 @@ def build(
     log.info("optimized %d nodes into %d nodes in %d layers", nodes_before, len(graph.nodes), len(graph.layers))
     plan = Plan.from_graph(graph, target, precision)
     if target == "cpu":
-        return Engine(plan)
+        return Engine(plan, profiles=profiles, refittable=weights)
     from .tuner import TimingCache
 
     cache = timing_cache if isinstance(timing_cache, TimingCache) or timing_cache is None else TimingCache(timing_cache)
+    tuned_graph, profile_layers, prebuilt = graph, None, None
     with _matmul_precision(precision):
-        plan.layers, runners = plan_layers(graph, torch.device("cuda"), precision, cache, workspace, tune)
+        if profiles:
+            tuned_graph, profile_layers, prebuilt = _plan_profiles(graph, plan, profiles, precision, cache, workspace, tune)
+            plan.layers, runners = profile_layers[0], None
+        else:
+            plan.layers, runners = plan_layers(graph, torch.device("cuda"), precision, cache, workspace, tune)
     if cache is not None:
         cache.save()
     from .engine.memory import plan_memory
 
-    plan.memory = plan_memory(graph, plan.layers).summary()
+    plan.memory = plan_memory(tuned_graph, plan.layers).summary()
     log.info("activations: %.1f MiB arena (%.1f MiB without reuse); weights %.1f MiB",
              plan.memory["activation_arena_bytes"] / 2**20, plan.memory["activation_naive_bytes"] / 2**20,
              plan.memory["weight_bytes"] / 2**20)
     log.info("built in %.1f s", time.perf_counter() - t0)
-    return Engine(plan, runners=runners, cuda_graphs=cuda_graphs)
+    return Engine(plan, runners=runners, cuda_graphs=cuda_graphs, profiles=profiles, profile_layers=profile_layers,
+                  refittable=weights, prebuilt=prebuilt)
+
+
+def _plan_profiles(graph: Graph, plan: Plan, profiles, precision: str, cache, workspace, tune):
+    """Tune each profile's Layers at its `opt` shapes, on a copy of the graph specialized to them.
+
+    The graph keeps its symbolic dims; other shapes in range recompile the same tactics and configs
+    at run time (runtime/specialize.py). Returns (profile 0's graph, LayerPlans per profile, runners)."""
+    profile_layers, prebuilt, first = [], {}, None
+    for i, p in enumerate(profiles):
+        shapes = p.opt_shapes(plan.inputs)
+        g = specialize_graph(graph, shapes)
+        log.info("profile %d: tuning at %s", i, shapes)
+        layers, runners = plan_layers(g, torch.device("cuda"), precision, cache, workspace, tune)
+        profile_layers.append(layers)
+        prebuilt[(i, shape_key(shapes))] = runners
+        first = first or g
+    for layer, lp in zip(graph.layers, profile_layers[0]):
+        layer.attrs.update(tactic=lp.tactic, config=lp.config)
+    return first, profile_layers, prebuilt
 
 
 class _matmul_precision:
@@ -149,12 +194,15 @@ def plan_layers(graph: Graph, device: torch.device, precision: str = "fp32", cac
     dtype = half.torch if half is not None else torch.float32
     weights = place_weights(graph, device)
     plans, runners = [], []
+    formats: dict[str, str] = {}  # the layout each activation will have at run time
     n = len(graph.layers)
     t0 = time.perf_counter()
     for i, layer in enumerate(graph.layers):
         layer_weights = {v.name: weights[v.name] for v in layer.weights(graph)}
         lc = LayerContext(layer, graph, layer_weights, device, dtype)
-        choice = choose_tactic(lc, cache=cache, workspace_limit=workspace, allowed=allowed, tune=tune)
+        choice = choose_tactic(lc, cache=cache, workspace_limit=workspace, allowed=allowed, tune=tune,
+                               input_formats=[formats.get(v.name, "contiguous") for v in lc.inputs])
+        formats.update((v.name, f) for v, f in zip(lc.outputs, choice.output_formats))
         log.info("[%d/%d %5.1fs] %s: %s%s", i + 1, n, time.perf_counter() - t0, layer.name, choice.tactic,
                  " (cached)" if choice.cached else "")
         layer.attrs.update(tactic=choice.tactic, config=choice.config)

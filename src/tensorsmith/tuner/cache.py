@@ -98,20 +98,20 @@ class TimingCache:
                 f"timing cache '{self.path}' cannot be read ({e}); delete it and the next build writes a new one"
             ) from None
 
-    def key(self, lc: LayerContext) -> str:
+    def key(self, lc: LayerContext, layout: str = "") -> str:
         env = environment_key(lc.device)
-        return layer_signature(lc) + "|" + "|".join(f"{k}={env[k]}" for k in sorted(env))
+        return layer_signature(lc) + f"|layout={layout}|" + "|".join(f"{k}={env[k]}" for k in sorted(env))
 
-    def get(self, lc: LayerContext) -> CacheEntry | None:
-        e = self.entries.get(self.key(lc))
+    def get(self, lc: LayerContext, layout: str = "") -> CacheEntry | None:
+        e = self.entries.get(self.key(lc, layout))
         if e is None:
             self.misses += 1
         else:
             self.hits += 1
         return e
 
-    def put(self, lc: LayerContext, entry: CacheEntry) -> None:
-        self.entries[self.key(lc)] = entry
+    def put(self, lc: LayerContext, entry: CacheEntry, layout: str = "") -> None:
+        self.entries[self.key(lc, layout)] = entry
 
     def save(self) -> None:
         if not self.path:

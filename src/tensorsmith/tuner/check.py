@@ -15,11 +15,19 @@ TOLERANCES = {
 }
 
 
-def random_inputs(lc: LayerContext, seed: int = 0) -> list[torch.Tensor]:
-    """Inputs of the layer's shapes and dtypes: normal floats, small non-negative ints, random bools."""
+def memory_format_of(t: torch.Tensor) -> str:
+    """'channels_last' for a 4-D tensor laid out NHWC (and not also NCHW-contiguous), else 'contiguous'."""
+    if t.dim() == 4 and not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last):
+        return "channels_last"
+    return "contiguous"
+
+
+def random_inputs(lc: LayerContext, seed: int = 0, formats: list[str] | None = None) -> list[torch.Tensor]:
+    """Inputs of the layer's shapes and dtypes: normal floats, small non-negative ints, random bools;
+    laid out as the run will hand them over (`formats`, from the layers that produce them)."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     out = []
-    for v in lc.inputs:
+    for i, v in enumerate(lc.inputs):
         shape = lc.shape(v)
         dt = v.type.dtype.torch
         if dt.is_floating_point:
@@ -28,7 +36,10 @@ def random_inputs(lc: LayerContext, seed: int = 0) -> list[torch.Tensor]:
             t = torch.rand(shape, generator=g) > 0.5
         else:
             t = torch.randint(0, 3, shape, generator=g).to(dt)
-        out.append(t.to(lc.device))
+        t = t.to(lc.device)
+        if formats is not None and formats[i] == "channels_last":
+            t = t.contiguous(memory_format=torch.channels_last)
+        out.append(t)
     return out
 
 

@@ -10,7 +10,7 @@ import torch
 
 from ..tactics import REFERENCE, TACTICS, LayerContext, Runner
 from .cache import CacheEntry, TimingCache
-from .check import outputs_match, random_inputs
+from .check import memory_format_of, outputs_match, random_inputs
 from .timing import time_runner
 
 log = logging.getLogger("tensorsmith.build")
@@ -32,6 +32,7 @@ class Choice:
     runner: Runner
     trials: list[Trial] = field(default_factory=list)
     cached: bool = False
+    output_formats: list[str] = field(default_factory=list)  # layouts the runner's outputs come in
 
 
 def _candidates(lc: LayerContext, allowed: set[str] | None) -> list[tuple[str, dict]]:
@@ -54,10 +55,19 @@ def choose_tactic(
     workspace_limit: int | None = None,
     allowed: set[str] | None = None,
     tune: bool = True,
+    input_formats: list[str] | None = None,
 ) -> Choice:
     """The fastest correct runner for the layer. Without `tune` (or without a GPU to time on)
-    the first correct candidate in registration order after the reference wins."""
-    inputs = random_inputs(lc)
+    the first correct candidate in registration order after the reference wins. Inputs are
+    timed in the layouts the run hands over (`input_formats`)."""
+    layout = ",".join(input_formats or [])
+    choice = _choose(lc, cache, workspace_limit, allowed, tune, random_inputs(lc, formats=input_formats), layout)
+    with torch.no_grad():
+        choice.output_formats = [memory_format_of(t) for t in choice.runner(random_inputs(lc, formats=input_formats))]
+    return choice
+
+
+def _choose(lc, cache, workspace_limit, allowed, tune, inputs, layout: str) -> Choice:
     ref = REFERENCE.compile(lc, {})
     with torch.no_grad():
         want = ref(inputs)
@@ -76,7 +86,7 @@ def choose_tactic(
         return (runner, "ok") if outputs_match(got, want, lc.dtype) else (None, "wrong")
 
     if cache is not None:
-        hit = cache.get(lc)
+        hit = cache.get(lc, layout)
         if hit is not None and hit.tactic in TACTICS:
             runner, status = attempt(hit.tactic, hit.config)
             if runner is not None:
@@ -110,7 +120,7 @@ def choose_tactic(
     log.debug("%s: chose %s %s%s", lc.layer.name, best.tactic, _fmt(best.config),
               f" ({best.ms:.4f} ms)" if best.ms is not None else "")
     if cache is not None and best.ms is not None:
-        cache.put(lc, CacheEntry(best.tactic, best.config, best.ms))
+        cache.put(lc, CacheEntry(best.tactic, best.config, best.ms), layout)
     return best
 
 
