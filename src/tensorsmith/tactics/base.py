@@ -69,9 +69,15 @@ class LayerContext:
 
 
 class Tactic:
-    """Base class. Subclasses set `name` and override `applies` and `compile` (and `configs`)."""
+    """Base class. Subclasses set `name` and override `applies` and `compile` (and `configs`).
+
+    Activations may arrive in any layout (half-precision convolutions hand over channels-last
+    tensors); a tactic whose kernels index memory as contiguous leaves `accepts_strided` False
+    and `build` hands it contiguous inputs.
+    """
 
     name: str = "?"
+    accepts_strided: bool = False
 
     def applies(self, lc: LayerContext) -> bool:
         raise NotImplementedError
@@ -81,6 +87,13 @@ class Tactic:
 
     def compile(self, lc: LayerContext, config: dict[str, Any]) -> Runner:
         raise NotImplementedError
+
+    def build(self, lc: LayerContext, config: dict[str, Any]) -> Runner:
+        """`compile`, with inputs made contiguous first unless the tactic accepts any strides."""
+        runner = self.compile(lc, config)
+        if self.accepts_strided:
+            return runner
+        return lambda inputs: runner([t.contiguous() for t in inputs])
 
     def workspace_bytes(self, lc: LayerContext, config: dict[str, Any]) -> int:
         """Scratch memory the runner needs besides its outputs (the workspace limit excludes it)."""

@@ -15,6 +15,7 @@ from .base import LayerContext, Runner, Tactic, register_tactic
 
 class ReferenceTactic(Tactic):
     name = "reference"
+    accepts_strided = True  # PyTorch ops take any layout
 
     def applies(self, lc: LayerContext) -> bool:
         return True

@@ -59,6 +59,7 @@ class CudnnConvTactic(Tactic):
     run inside cuDNN (torch.cudnn_convolution_relu / cudnn_convolution_add_relu)."""
 
     name = "torch.cudnn_conv"
+    accepts_strided = True
 
     def applies(self, lc: LayerContext) -> bool:
         anchor = lc.anchor
@@ -129,6 +130,7 @@ class CublasLinearTactic(Tactic):
     """MatMul(x, W) [+ bias] [-> Relu/Gelu] as one addmm with a cuBLASLt epilogue."""
 
     name = "torch.cublas_linear"
+    accepts_strided = True
 
     def _parts(self, lc: LayerContext):
         mm = lc.anchor
@@ -199,6 +201,7 @@ class TorchPoolTactic(Tactic):
     """2-D MaxPool/AveragePool with symmetric padding (no Indices output), and global pooling."""
 
     name = "torch.pool"
+    accepts_strided = True
 
     def _pool(self, lc: LayerContext):
         node = lc.anchor

@@ -41,7 +41,7 @@ def check_tactic(tactic: Tactic, lc: LayerContext, config: dict | None = None, s
     the precision's tolerance (<= 0 means the tactic is correct)."""
     inputs = random_inputs(lc, seed)
     with torch.no_grad():
-        want = REFERENCE.compile(lc, {})(inputs)
-        got = tactic.compile(lc, config if config is not None else tactic.configs(lc)[0])(inputs)
+        want = REFERENCE.build(lc, {})(inputs)
+        got = tactic.build(lc, config if config is not None else tactic.configs(lc)[0])(inputs)
     rtol, atol = TOLERANCES[lc.dtype]
     return max_violation(got, want, rtol, atol)

@@ -68,7 +68,7 @@ def choose_tactic(
 
 
 def _choose(lc, cache, workspace_limit, allowed, tune, inputs, layout: str) -> Choice:
-    ref = REFERENCE.compile(lc, {})
+    ref = REFERENCE.build(lc, {})
     with torch.no_grad():
         want = ref(inputs)
 
@@ -77,7 +77,7 @@ def _choose(lc, cache, workspace_limit, allowed, tune, inputs, layout: str) -> C
         if workspace_limit is not None and tactic.workspace_bytes(lc, config) > workspace_limit:
             return None, "workspace"
         try:
-            runner = tactic.compile(lc, config)
+            runner = tactic.build(lc, config)
             with torch.no_grad():
                 got = runner(inputs)
         except Exception as e:
