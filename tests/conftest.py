@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-import numpy as np
-import onnx
-import pytest
+import os
+
 import torch
-from onnx import TensorProto, helper
+
+# Without a GPU, generated Triton kernels run under Triton's interpreter. It must be chosen
+# before any kernel module is imported, so it is set here, for the whole session.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import numpy as np  # noqa: E402
+import onnx  # noqa: E402
+import pytest  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):

@@ -94,7 +94,7 @@ def test_layer_plan_runs_on_the_cpu_like_the_interpreter():
     graph = tensorsmith.import_onnx(conv_bn_relu_model())
     specialize_shapes(graph, {"x": (2, 3, 8, 8)})
     run_passes(graph)
-    plans, runners = plan_layers(graph, torch.device("cpu"), tune=False)
+    plans, runners = plan_layers(graph, torch.device("cpu"), tune=False, allowed={"reference"})
     plan = Plan.from_graph(graph, "cpu")
     plan.layers = plans
     engine = Engine(plan, runners=runners)
@@ -104,3 +104,19 @@ def test_layer_plan_runs_on_the_cpu_like_the_interpreter():
     assert [p.tactic for p in plans] == ["reference"] * len(plans)
     profile = engine.profile({"x": x}, repeats=3)
     assert [name for name, _, _ in profile] == [p.name for p in plans] and all(ms >= 0 for _, _, ms in profile)
+
+
+def test_plan_with_every_tactic_matches_the_interpreter():
+    """On the CPU the Triton tactics run under the interpreter: the tuner may pick them."""
+    from tensorsmith.builder import plan_layers, specialize_shapes
+    from tensorsmith.passes import run_passes
+
+    graph = tensorsmith.import_onnx(conv_bn_relu_model())
+    specialize_shapes(graph, {"x": (1, 3, 8, 8)})
+    run_passes(graph)
+    plans, runners = plan_layers(graph, torch.device("cpu"), tune=False)
+    plan = Plan.from_graph(graph, "cpu")
+    plan.layers = plans
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    expected = tensorsmith.build(conv_bn_relu_model()).run({"x": x})["y"]
+    np.testing.assert_allclose(Engine(plan, runners=runners).run({"x": x})["y"], expected, rtol=1e-4, atol=1e-5)

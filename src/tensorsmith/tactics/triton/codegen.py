@@ -34,6 +34,8 @@ def register_dtype(dt: DType | None) -> str | None:
 
 
 def _f(x: float) -> str:
+    if math.isnan(x):
+        return "float('nan')"
     if math.isinf(x):
         return "float('inf')" if x > 0 else "float('-inf')"
     return repr(float(x))
@@ -45,6 +47,20 @@ def _tanh(a: str) -> str:
 
 def _softplus(a: str) -> str:
     return f"(tl.maximum({a}, 0.0) + tl.math.log(1.0 + tl.math.exp(-tl.abs({a}))))"
+
+
+def _round_half_even(a: str) -> str:
+    f = f"tl.math.floor({a})"
+    odd = f"(({f} - 2.0 * tl.math.floor(0.5 * {f})) != 0.0)"
+    return f"tl.where((({a} - {f}) > 0.5) | ((({a} - {f}) == 0.5) & {odd}), {f} + 1.0, {f})"
+
+
+def _mod(n: Node, a: str, b: str) -> str:
+    """ONNX Mod: fmod=1 is C's remainder (Triton's %); fmod=0 takes the divisor's sign."""
+    if n.attrs.get("fmod", 0):
+        return f"({a} % {b})"
+    r = f"({a} % {b})"
+    return f"tl.where(({r} != 0) & (({r} < 0) != ({b} < 0)), {r} + {b}, {r})"
 
 
 # Each rule: (node, argument expressions) -> expression; None means "not supported here".
@@ -85,6 +101,13 @@ _UNARY: dict[str, Callable[[Node, str], str]] = {
     ),
     "Shrink": lambda n, a: (f"tl.where({a} < -{_f(n.attrs.get('lambd', 0.5))}, {a} + {_f(n.attrs.get('bias', 0.0))}, "
                             f"tl.where({a} > {_f(n.attrs.get('lambd', 0.5))}, {a} - {_f(n.attrs.get('bias', 0.0))}, 0.0))"),
+    "Round": lambda n, a: _round_half_even(a),
+    "Tan": lambda n, a: f"(tl.math.sin({a}) / tl.math.cos({a}))",
+    "Sinh": lambda n, a: f"(0.5 * (tl.math.exp({a}) - tl.math.exp(-{a})))",
+    "Cosh": lambda n, a: f"(0.5 * (tl.math.exp({a}) + tl.math.exp(-{a})))",
+    "Asinh": lambda n, a: f"tl.where({a} < 0.0, -1.0, 1.0) * tl.math.log(tl.abs({a}) + tl.sqrt({a} * {a} + 1.0))",
+    "Acosh": lambda n, a: f"tl.math.log({a} + tl.sqrt({a} * {a} - 1.0))",
+    "Atanh": lambda n, a: f"(0.5 * tl.math.log((1.0 + {a}) / (1.0 - {a})))",
     "IsNaN": lambda n, a: f"({a} != {a})",
     "Not": lambda n, a: f"({a} == 0)",
 }
@@ -106,6 +129,56 @@ _BINARY: dict[str, Callable[[Node, str, str], str]] = {
     "Or": lambda n, a, b: f"(({a} != 0) | ({b} != 0))",
     "Xor": lambda n, a, b: f"(({a} != 0) ^ ({b} != 0))",
 }
+
+
+# Integer (and bool) nodes: exact integer semantics, no float literals. Division truncates
+# toward zero as ONNX integer Div does (Triton's // on integers is C division).
+_INT_UNARY: dict[str, Callable[[Node, str], str]] = {
+    "Identity": lambda n, a: a,
+    "Neg": lambda n, a: f"(-{a})",
+    "Abs": lambda n, a: f"tl.abs({a})",
+    "Relu": lambda n, a: f"tl.maximum({a}, 0)",
+    "Sign": lambda n, a: f"tl.where({a} > 0, 1, tl.where({a} < 0, -1, 0)).to({register_dtype(n.outputs[0].type.dtype)})",
+    "BitwiseNot": lambda n, a: f"(~{a})",
+}
+
+_INT_BINARY: dict[str, Callable[[Node, str, str], str]] = {
+    **{k: _BINARY[k] for k in ("Add", "Sub", "Mul", "Max", "Min", "Equal", "Less", "LessOrEqual", "Greater",
+                               "GreaterOrEqual")},
+    "Div": lambda n, a, b: f"({a} // {b})",
+    "Mod": _mod,
+    "BitwiseAnd": lambda n, a, b: f"({a} & {b})",
+    "BitwiseOr": lambda n, a, b: f"({a} | {b})",
+    "BitwiseXor": lambda n, a, b: f"({a} ^ {b})",
+}
+
+
+def _int_expression(node: Node, args: list[str]) -> str | None:
+    """Integer/bool nodes (inputs not all float); None for what needs float semantics."""
+    op = node.op_type
+    out = node.outputs[0].type.dtype if node.outputs[0].type else None
+    if out is None or out.is_float or out not in TL_DTYPE:
+        return None
+    if op in _INT_UNARY and len(args) == 1:
+        return _INT_UNARY[op](node, args[0])
+    if op in _INT_BINARY and len(args) == 2:
+        return _INT_BINARY[op](node, args[0], args[1])
+    if op in ("Sum", "Max", "Min") and len(args) >= 2:
+        if op == "Sum":
+            return "(" + " + ".join(args) + ")"
+        fn = "tl.maximum" if op == "Max" else "tl.minimum"
+        expr = args[0]
+        for a in args[1:]:
+            expr = f"{fn}({expr}, {a})"
+        return expr
+    if op == "Clip":
+        expr = args[0]
+        if len(args) > 1 and args[1] != "None":
+            expr = f"tl.maximum({expr}, {args[1]})"
+        if len(args) > 2 and args[2] != "None":
+            expr = f"tl.minimum({expr}, {args[2]})"
+        return expr
+    return None
 
 
 def _pow(node: Node, args: list[str], scalars: list[float | None]) -> str | None:
@@ -137,8 +210,10 @@ def _float_node(node: Node) -> bool:
 def node_expression(node: Node, args: list[str], scalars: list[float | None]) -> str | None:
     """The Triton expression of one elementwise node, or None if this codegen cannot express it."""
     op = node.op_type
-    if node.domain or len(node.outputs) != 1 or not _float_node(node):
+    if node.domain or len(node.outputs) != 1:
         return None
+    if not _float_node(node):
+        return _int_expression(node, args)
     if op in _UNARY and len(args) == 1:
         return _UNARY[op](node, args[0])
     if op in _BINARY and len(args) == 2:
@@ -154,6 +229,8 @@ def node_expression(node: Node, args: list[str], scalars: list[float | None]) ->
         return expr
     if op == "Pow" and len(args) == 2:
         return _pow(node, args, scalars)
+    if op == "Mod" and len(args) == 2:
+        return _mod(node, args[0], args[1])
     if op == "Clip":
         expr = args[0]
         if len(args) > 1 and args[1] != "None":
@@ -205,7 +282,8 @@ def emit_elementwise(
             if v.name in env:
                 args.append(env[v.name])
             elif s is not None:
-                args.append(_f(s))
+                dt = v.type.dtype if v.type is not None else None
+                args.append(_f(s) if dt is None or dt.is_float else str(int(s)))  # integer ops stay integer
             else:
                 raise ValueError(f"value '{v.name}' read by node '{node.name}' was not loaded")
         expr = node_expression(node, args, scalars)
