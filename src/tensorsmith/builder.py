@@ -118,7 +118,8 @@ def build(
                   refittable=weights, prebuilt=prebuilt)
 
 
-def _plan_profiles(graph: Graph, plan: Plan, profiles, precision: str, cache, workspace, tune):
+def _plan_profiles(graph: Graph, plan: Plan, profiles, precision: str, cache, workspace, tune,
+                   device: torch.device = torch.device("cuda"), allowed: set[str] | None = None):
     """Tune each profile's Layers at its `opt` shapes, on a copy of the graph specialized to them.
 
     The graph keeps its symbolic dims; other shapes in range recompile the same tactics and configs
@@ -128,7 +129,7 @@ def _plan_profiles(graph: Graph, plan: Plan, profiles, precision: str, cache, wo
         shapes = p.opt_shapes(plan.inputs)
         g = specialize_graph(graph, shapes)
         log.info("profile %d: tuning at %s", i, shapes)
-        layers, runners = plan_layers(g, torch.device("cuda"), precision, cache, workspace, tune)
+        layers, runners = plan_layers(g, device, precision, cache, workspace, tune, allowed)
         profile_layers.append(layers)
         prebuilt[(i, shape_key(shapes))] = runners
         first = first or g

@@ -82,3 +82,45 @@ class ExecutionError(TensorsmithError):
     def __init__(self, node: str, op_type: str, reason: str):
         self.node, self.op_type = node, op_type
         super().__init__(f"node '{node}' ({op_type}) failed at run time: {reason}")
+
+
+class EngineFormatError(TensorsmithError):
+    """An engine file cannot be loaded: not an engine, corrupt, or from an incompatible build.
+
+    Subclasses say which; `path` names the file ("<bytes>" when loaded from memory)."""
+
+    def __init__(self, path: str, reason: str, fix: str):
+        self.path, self.reason, self.fix = path, reason, fix
+        super().__init__(f"cannot load engine '{path}': {reason}; {fix}")
+
+
+class EngineVersionError(EngineFormatError):
+    """The file was written in another engine format version."""
+
+
+class EngineCorruptError(EngineFormatError):
+    """The file is truncated, or its body does not match its checksum or does not decode."""
+
+
+class EngineTargetError(EngineFormatError):
+    """The engine was built for another device (GPU architecture, or a GPU where none is present)."""
+
+
+class EngineTacticError(EngineFormatError):
+    """A Layer's tactic is not in this tensorsmith, or cannot be compiled from its stored config."""
+
+
+class ProfileError(TensorsmithError):
+    """An optimization profile given to the builder is malformed (names, ranks, min <= opt <= max)."""
+
+
+class ShapeOutOfProfileError(InputError):
+    """An input shape lies outside every optimization profile of the engine (or the selected one)."""
+
+    def __init__(self, name: str, shape: tuple, ranges: str, fix: str):
+        self.shape = tuple(shape)
+        super().__init__(f"input '{name}' has shape {list(shape)}, outside {ranges}; {fix}", name)
+
+
+class RefitError(TensorsmithError):
+    """New weights cannot replace the engine's (unknown or folded name, other shape or dtype)."""

@@ -1,5 +1,8 @@
-"""Running engines."""
+"""Running engines: Engine, ExecutionContext, Runtime (load), Refitter."""
 
+from .context import DeviceMemory, ExecutionContext
 from .engine import Engine
+from .refit import Refitter
+from .runtime import Runtime, load
 
-__all__ = ["Engine"]
+__all__ = ["DeviceMemory", "Engine", "ExecutionContext", "Refitter", "Runtime", "load"]

@@ -36,15 +36,15 @@ class Engine:
 
     def __init__(self, plan: Plan, runners=None, cuda_graphs: bool = True,
                  profiles: list[OptimizationProfile] | None = None, profile_layers: list | None = None,
-                 refittable: dict | None = None, prebuilt: dict | None = None, memory: dict | None = None):
+                 refittable: dict | None = None, prebuilt: dict | None = None):
         self.plan = plan
         self.profiles = list(profiles or [])
         self.profile_layers = list(profile_layers or ([plan.layers] if plan.layers else []))
         self.refittable = refittable  # {"weights": {name: {dtype, shape}}, "folded": [names]}
-        self.memory = memory
         self.cuda_graphs = cuda_graphs and plan.target == "cuda"
         self.device = torch.device("cuda") if plan.target == "cuda" else torch.device("cpu")
         self.generation = 0  # bumped by refit: contexts drop what they captured
+        self.source = "<built engine>"  # the file it was loaded from, for error messages
         self._lock = threading.RLock()
         self._local = threading.local()
         self._executors: OrderedDict = OrderedDict()
@@ -153,7 +153,7 @@ class Engine:
             if tuned is None or shape_key(tuned) != key[1]:
                 graph = specialize_graph(graph, shapes)
             runners = compile_runners(graph, layer_plans, self._weights, self.device, self.plan.precision,
-                                      fallback=tuned is None)
+                                      where=self.source, fallback=tuned is None)
             return self._remember(key, layer_plans, runners)
 
     def _remember(self, key: tuple[int | None, ShapeKey], layer_plans, runners):
@@ -172,7 +172,7 @@ class Engine:
         from ..engine.serialize import EngineData, dump_engine
 
         return dump_engine(EngineData(self.plan, self.profiles, self.profile_layers if self.profiles else [],
-                                      self.refittable, self.memory))
+                                      self.refittable))
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the engine to `path` (e.g. "model.tsmith"); the file holds data only, no code."""

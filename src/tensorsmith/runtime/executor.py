@@ -7,6 +7,7 @@ synchronisation, no allocation (the graph's memory pool holds every activation).
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 
 import torch
@@ -71,38 +72,56 @@ class Executor:
 
 
 class CudaGraphRunner:
-    """Replays one captured CUDA graph per input signature (at most `max_graphs`, oldest dropped)."""
+    """Replays one captured CUDA graph per (executor, input signature), at most `max_graphs`
+    (least recently used dropped).
 
-    def __init__(self, executor: Executor, max_graphs: int = 8):
+    Each ExecutionContext owns one: its graphs' memory pool is the context's activation memory,
+    unless `pool` (a `torch.cuda.graph_pool_handle()`, see `DeviceMemory`) is shared with other
+    contexts that never run at the same time. Outputs are the graph's static buffers: the next
+    run of the same signature overwrites them.
+    """
+
+    def __init__(self, executor: Executor | None = None, max_graphs: int = 8, pool=None):
         self.executor = executor
         self.max_graphs = max_graphs
+        self.pool = pool
         self.graphs: OrderedDict = OrderedDict()
 
-    def run(self, feeds: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-        key = tuple((n, tuple(t.shape), t.dtype) for n, t in sorted(feeds.items()))
+    def run(self, feeds: dict[str, torch.Tensor], executor: Executor | None = None) -> list[torch.Tensor]:
+        executor = executor or self.executor
+        key = (id(executor),) + tuple((n, tuple(t.shape), t.dtype) for n, t in sorted(feeds.items()))
         entry = self.graphs.get(key)
-        if entry is None:
-            entry = self._capture(feeds)
+        if entry is None or entry[0] is not executor:
+            entry = (executor,) + self._capture(executor, feeds)
             self.graphs[key] = entry
             while len(self.graphs) > self.max_graphs:
                 self.graphs.popitem(last=False)
         else:
             self.graphs.move_to_end(key)
-        graph, static_in, static_out = entry
+        _, graph, static_in, static_out = entry
         for n, t in feeds.items():
             static_in[n].copy_(t, non_blocking=True)
         graph.replay()
         return static_out
 
-    def _capture(self, feeds: dict[str, torch.Tensor]):
-        static_in = {n: t.clone() for n, t in feeds.items()}
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):  # warm up: lazy initialisation must not happen during capture
-                self.executor.run(static_in)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            static_out = self.executor.run(static_in)
+    def clear(self) -> None:
+        self.graphs.clear()
+
+    def _capture(self, executor: Executor, feeds: dict[str, torch.Tensor]):
+        with _CAPTURE_LOCK:  # one capture at a time in the process; replays need no lock
+            static_in = {n: t.clone() for n, t in feeds.items()}
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):  # warm up: lazy initialisation must not happen during capture
+                    executor.run(static_in)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            # thread_local: other threads may keep launching work on their streams meanwhile.
+            with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+                static_out = executor.run(static_in)
+            torch.cuda.current_stream().wait_stream(side)
         return graph, static_in, static_out
+
+
+_CAPTURE_LOCK = threading.Lock()
