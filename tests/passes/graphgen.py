@@ -177,6 +177,23 @@ def attention(b: Builder, x: str) -> str:
     return b.op("Reshape", [y, b.const(np.array([0, 0, D], np.int64))])
 
 
+def attention_sdpa_style(b: Builder, x: str) -> str:
+    """As torch's SDPA decomposition exports it: Q and K^T each scaled by sqrt(scale), NaN rows zeroed."""
+    def heads(t, perm):
+        r = b.op("Reshape", [t, b.const(np.array([0, 0, H, D // H], np.int64))])
+        return b.op("Transpose", [r], perm=perm)
+
+    root = np.array((D // H) ** -0.25, np.float32)
+    q = b.op("Mul", [heads(linear(b, x), [0, 2, 1, 3]), b.const(root)])
+    kt = b.op("Mul", [heads(linear(b, x), [0, 2, 3, 1]), b.const(root)])
+    v = heads(linear(b, x), [0, 2, 1, 3])
+    s = b.op("Add", [b.op("MatMul", [q, kt]), b.rand((1, 1, 1, 5), 0.5)])
+    p = b.op("Softmax", [s], axis=-1)
+    p = b.op("Where", [b.op("IsNaN", [p]), b.const(np.array(0.0, np.float32)), p])
+    y = b.op("Transpose", [b.op("MatMul", [p, v])], perm=[0, 2, 1, 3])
+    return b.op("Reshape", [y, b.const(np.array([0, 0, D], np.int64))])
+
+
 def gemm_transpose(b: Builder, x: str) -> str:
     flat = b.op("Reshape", [x, b.const(np.array([-1, D], np.int64))])
     t = b.op("Transpose", [flat], perm=[1, 0])
@@ -200,7 +217,7 @@ def seq_noops(b: Builder, x: str) -> str:
 
 
 SEQ_BLOCKS = [linear, gelu_erf, gelu_tanh, layernorm, rmsnorm, softmax, attention, gemm_transpose,
-              matmul_scale, seq_silu, seq_noops]
+              matmul_scale, seq_silu, seq_noops, attention_sdpa_style]
 
 
 def random_model(family: str, blocks: list[int], seed: int) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:

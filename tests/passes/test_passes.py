@@ -209,6 +209,16 @@ def test_attention_recognition():
     assert math.isclose(attn.attrs["scale"], 1 / math.sqrt(graphgen.D // graphgen.H), rel_tol=1e-6)
 
 
+def test_attention_recognition_sdpa_export_style():
+    from tensorsmith.passes.attention import attention_recognition
+
+    g, feeds = build(graphgen.attention_sdpa_style, shape=(2, 5, graphgen.D), seed=4)
+    ops = apply(g, feeds, attention_recognition)
+    assert ops.count("Attention") == 1 and "IsNaN" not in ops and "Softmax" not in ops
+    attn = next(n for n in g.nodes if n.op_type == "Attention")
+    assert math.isclose(attn.attrs["scale"], 1 / math.sqrt(graphgen.D // graphgen.H), rel_tol=1e-5)
+
+
 def test_softmax_over_another_axis_is_not_attention():
     from tensorsmith.passes.attention import attention_recognition
 

@@ -9,16 +9,15 @@ from .recognize import is_live
 from .rewrite import forward, new_node, remove_dead
 
 _q, _k, _v = Var("q"), Var("kt"), Var("v")
-_Q = Op("Mul", _q, Const("q_scale", lambda t: t.numel() == 1), commutative=True, bind="q_mul")
+_one_number = lambda t: t.numel() == 1  # noqa: E731
+# Exporters scale Q, or K^T, or both (by sqrt(scale) each, as torch's SDPA decomposition does).
+_Q = Op("Mul", _q, Const("q_scale", _one_number), commutative=True)
+_K = Op("Mul", _k, Const("k_scale", _one_number), commutative=True)
 
 
-def _qk(q):
-    return Op("MatMul", q, _k, bind="qk")
-
-
-def _scores(q):
+def _scores(q, k):
     """The score tensor before the mask: QK^T, optionally scaled by Mul or Div."""
-    qk = _qk(q)
+    qk = Op("MatMul", q, k, bind="qk")
     return [
         Op("Mul", qk, Const("s_scale", lambda t: t.numel() == 1), commutative=True, bind="s_op"),
         Op("Div", qk, Const("s_scale", lambda t: t.numel() == 1), bind="s_op"),
@@ -26,12 +25,19 @@ def _scores(q):
     ]
 
 
+def _probabilities(scores):
+    p = Op("Softmax", scores, bind="softmax")
+    # torch's SDPA export zeroes fully masked rows: Where(IsNaN(p), 0, p), as Attention does.
+    return [p, Op("Where", Op("IsNaN", p), Const("zero", lambda t: t.numel() == 1 and not t.any()), p)]
+
+
 def _patterns() -> list[Op]:
     out = []
     for q in (_Q, _q):
-        for s in _scores(q):
-            for masked in (Op("Add", s, Var("mask"), commutative=True), s):
-                out.append(Op("MatMul", Op("Softmax", masked, bind="softmax"), _v))
+        for k in (_K, _k):
+            for s in _scores(q, k):
+                for masked in (Op("Add", s, Var("mask"), commutative=True), s):
+                    out.extend(Op("MatMul", p, _v) for p in _probabilities(masked))
     return out
 
 
@@ -40,8 +46,9 @@ _PATTERNS = _patterns()
 
 def _scale(m: Match) -> float:
     scale = 1.0
-    if "q_scale" in m.consts:
-        scale *= float(m.consts["q_scale"].reshape(-1)[0])
+    for name in ("q_scale", "k_scale"):
+        if name in m.consts:
+            scale *= float(m.consts[name].reshape(-1)[0])
     if "s_scale" in m.consts:
         c = float(m.consts["s_scale"].reshape(-1)[0])
         scale *= c if m.nodes["s_op"].op_type == "Mul" else 1.0 / c
