@@ -196,11 +196,12 @@ def plan_layers(graph: Graph, device: torch.device, precision: str = "fp32", cac
     weights = place_weights(graph, device)
     plans, runners = [], []
     formats: dict[str, str] = {}  # the layout each activation will have at run time
+    layout = "channels_last" if half is not None and any(n.op_type == "Conv" for n in graph.nodes) else "contiguous"
     n = len(graph.layers)
     t0 = time.perf_counter()
     for i, layer in enumerate(graph.layers):
         layer_weights = {v.name: weights[v.name] for v in layer.weights(graph)}
-        lc = LayerContext(layer, graph, layer_weights, device, dtype)
+        lc = LayerContext(layer, graph, layer_weights, device, dtype, activation_layout=layout)
         choice = choose_tactic(lc, cache=cache, workspace_limit=workspace, allowed=allowed, tune=tune,
                                input_formats=[formats.get(v.name, "contiguous") for v in lc.inputs])
         formats.update((v.name, f) for v, f in zip(lc.outputs, choice.output_formats))

@@ -273,8 +273,11 @@ def test_flash_3d_gqa():
 
 def _gpu_all(model, precision, tactics=(FLASH, SDPA)):
     lc = _layer(model, precision, device="cuda")
+    assert FLASH.applies(lc)
     for tactic in tactics:
-        assert tactic.applies(lc), tactic.name
+        if not tactic.applies(lc):
+            assert tactic is SDPA  # it declines layers with a prologue (the Casts of an fp16 build)
+            continue
         for config in tactic.configs(lc):
             assert check_tactic(tactic, lc, config) <= 0, (tactic.name, config)
 
@@ -330,7 +333,8 @@ def test_gpu_rows_hidden_by_the_mask_give_zeros():
     mask[2, 0, :, 100:] = -math.inf
     inputs = [q, k, v, mask]
     want = REFERENCE.compile(lc, {})(inputs)
-    for tactic in (FLASH, SDPA):
+    assert not SDPA.applies(lc)  # torch's CUDA attention does not zero hidden rows
+    for tactic in (FLASH,):
         got = tactic.compile(lc, tactic.configs(lc)[0])(inputs)
         assert torch.all(got[0][1, :, 7] == 0), tactic.name
         assert max_violation(got, want, 2e-2, 2e-2) <= 0, tactic.name

@@ -36,6 +36,9 @@ class LayerContext:
     dtype: torch.dtype  # compute precision of the layer's float tensors
     inputs: list[Value] = field(default_factory=list)
     outputs: list[Value] = field(default_factory=list)
+    # The layout of 4-D activations across the engine: half-precision builds run convolutions
+    # channels-last end to end, so a kernel that reads NCHW would pay a conversion each side.
+    activation_layout: str = "contiguous"
 
     def __post_init__(self):
         if not self.inputs:

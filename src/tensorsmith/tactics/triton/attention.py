@@ -471,9 +471,11 @@ class TorchSdpa(Tactic):
             return False
         mask = plan.operands.get(_MASK)
         # torch rejects attn_mask together with is_causal, and a float mask of another dtype than
-        # Q. Boolean masks are left to the kernel: where one hides a whole row, ONNX wants zeros,
-        # and not every torch backend promises them (the tuner's random masks never hide a whole
-        # row, so it could not tell).
+        # Q. Where a mask hides a whole row ONNX wants zeros, which torch's CUDA attention does
+        # not promise, and the tuner's random masks never hide a whole row (so it could not
+        # tell): on CUDA, masked layers go to the kernel.
+        if mask is not None and lc.device.type == "cuda":
+            return False
         return mask is None or not plan.causal and mask.type.dtype.torch == plan.dtype
 
     def compile(self, lc: LayerContext, config: dict[str, Any]) -> Runner:

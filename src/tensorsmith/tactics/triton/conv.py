@@ -258,6 +258,8 @@ class TritonConv(Tactic):
     name = "triton.conv"
 
     def applies(self, lc: LayerContext) -> bool:
+        if lc.activation_layout == "channels_last":
+            return False  # NCHW kernels between channels-last convs cost two layout conversions
         try:
             _conv_source(lc, _ConvProblem(lc), "probe", {})
         except (Decline, ValueError, KeyError):
