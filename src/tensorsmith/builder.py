@@ -9,6 +9,7 @@ from typing import Any, Iterable, Mapping
 import torch
 
 from .engine import LayerPlan, Plan
+from .engine.weights import place_weights
 from .errors import TensorsmithError
 from .frontends import import_onnx
 from .ir import DType, Graph, TensorType, verify
@@ -171,18 +172,6 @@ def specialize_shapes(graph: Graph, input_shapes: Mapping[str, Iterable[int]]) -
         for v in n.outputs:
             v.type = None
     infer_graph(graph)
-
-
-def place_weights(graph: Graph, device: torch.device) -> dict[str, torch.Tensor]:
-    """Weights on the device, except those only read on the host (shapes, axes: see HOST_INPUTS)."""
-    from .ops.registry import is_host_input
-
-    weights = {}
-    for name, t in graph.initializers.items():
-        users = graph.values[name].users
-        on_host = bool(users) and all(is_host_input(n.op_type, i) for n, i in users)
-        weights[name] = t if on_host else t.to(device)
-    return weights
 
 
 def plan_layers(graph: Graph, device: torch.device, precision: str = "fp32", cache=None,

@@ -19,6 +19,7 @@ import torch
 
 from ..engine import Plan
 from ..engine.profile import OptimizationProfile, select_profile
+from ..engine.weights import place_weight
 from .feeds import check_feeds
 from .specialize import ShapeKey, compile_runners, shape_key, specialize_graph, static_shapes, weights_on
 
@@ -198,7 +199,7 @@ class Engine:
             for name, t in new.items():
                 self.plan.graph.initializers[name] = t
                 if self._weights is not None:
-                    self._weights[name] = t.to(self.device)
+                    self._weights[name] = place_weight(self.plan.graph, name, t, self.device)
             self._executors.clear()  # tactics may have packed the old weights: compile again (no tuning)
             self.generation += 1
 

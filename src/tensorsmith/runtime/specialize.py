@@ -87,8 +87,11 @@ def compile_runners(graph: Graph, layer_plans: list, weights: dict[str, torch.Te
 
 
 def weights_on(graph: Graph, device: torch.device) -> dict[str, torch.Tensor]:
-    """The graph's weights on `device` (the same tensors when they are there already)."""
-    return {n: t.to(device) for n, t in graph.initializers.items()}
+    """The graph's weights on `device` (the same tensors when they are there already), except
+    the shape-like ones that references read on the host."""
+    from ..engine.weights import place_weights
+
+    return place_weights(graph, device)
 
 
 def dtype_name(t: torch.Tensor) -> str:

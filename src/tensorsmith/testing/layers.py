@@ -6,7 +6,8 @@ from typing import Any, Mapping
 
 import torch
 
-from ..builder import PRECISIONS, place_weights, specialize_shapes
+from ..builder import PRECISIONS, specialize_shapes
+from ..engine.weights import place_weights
 from ..frontends import import_onnx
 from ..passes import group_layers, run_passes
 from ..passes.precision import convert_precision
