@@ -15,7 +15,7 @@ from tests.engine.engine_files import seal, split
 BLOB = tensorsmith.build(make_mlp_model()).serialize()
 MANIFEST, WEIGHTS = split(BLOB)
 RT = tensorsmith.Runtime()
-FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 
 
 def _load_or_typed_error(blob: bytes) -> None:

@@ -9,7 +9,7 @@ import torch
 
 from ..engine import IOTensor
 from ..errors import InputError, TensorsmithError
-from ..ir import DType
+from ..ir import DType, TensorType
 
 
 def to_torch(value: Any, name: str) -> torch.Tensor:
@@ -43,7 +43,7 @@ def check_feeds(feeds: Mapping[str, Any], specs: list[IOTensor]) -> dict[str, to
         if spec.name not in feeds:
             raise InputError(f"missing input '{spec.name}' ({spec.type}); pass it in the feeds", spec.name)
         t = to_torch(feeds[spec.name], spec.name)
-        want = spec.type
+        want = spec.type or TensorType(None, None)  # an untyped input accepts any tensor
         got_dtype = DType.from_torch(t.dtype) if t.dtype in _TORCH_OK else None
         if want.dtype is not None and got_dtype != want.dtype:
             raise InputError(
