@@ -1,26 +1,20 @@
-"""Tactics: ways to run a Layer (reference, PyTorch/cuDNN/cuBLAS calls, generated Triton kernels)."""
+"""Tactics: ways to run a Layer (reference, PyTorch/cuDNN/cuBLAS calls, generated Triton kernels).
+
+Importing this package registers every tactic. The Triton families need the triton package;
+on a machine without it only the reference and PyTorch tactics exist.
+"""
+
+import importlib
 
 from .base import TACTICS, LayerContext, Runner, Tactic, get_tactic, register_tactic
-from .reference import REFERENCE
-from . import torch_ops  # noqa: E402,F401  (registers the cuDNN/cuBLAS tactics)
-try:
-    from .triton import elementwise  # noqa: F401  (registers triton.elementwise)
-except ImportError:
-    pass
+from .reference import REFERENCE  # registered first: the fallback every other tactic is checked against
+from . import torch_ops  # noqa: E402,F401,I001  (registers the cuDNN/cuBLAS tactics)
 
-try:
-    from .triton import norm  # noqa: F401  (registers triton.norm)
-except ImportError:
-    pass
+# elementwise chains, norms/softmax/reductions, flash attention (+ torch.sdpa), GEMM, conv
+for _family in ("elementwise", "norm", "attention", "conv", "gemm"):
+    try:
+        importlib.import_module(f".triton.{_family}", __name__)
+    except ImportError:
+        pass
 
-try:
-    from .triton import attention  # noqa: F401  (registers triton.flash_attention, torch.sdpa)
-except ImportError:
-    pass
-
-try:
-    from .triton import conv, gemm  # noqa: F401  (registers triton.gemm, triton.conv)
-except ImportError:
-    pass
-
-__all__ = ["TACTICS", "LayerContext", "REFERENCE", "Runner", "Tactic", "get_tactic", "register_tactic"]
+__all__ = ["LayerContext", "REFERENCE", "Runner", "TACTICS", "Tactic", "get_tactic", "register_tactic"]
