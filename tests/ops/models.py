@@ -6,6 +6,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+
 def one_node_model(op, ins, n_out=1, opset=18, shapes=None, **attrs):
     """A model of one node. ins: (name, array) pairs in input order; name '' omits an optional
     input; names starting with 'c_' become initializers, the others graph inputs (whose shape

@@ -190,3 +190,18 @@ def test_multinomial_samples_follow_the_log_probabilities():
     assert (y[1] == 2).mean() > 0.99
     model = one_node("Multinomial", {"x": logits}, {"dtype": TensorProto.INT64}, out_dtype=TensorProto.INT64)
     assert run(model, {"x": logits}).shape == (2, 1)
+
+
+@pytest.mark.parametrize("op,attrs,expected", [
+    ("ScaledTanh", {"alpha": 2.0, "beta": 0.5}, lambda x: 2.0 * np.tanh(0.5 * x)),
+    ("ParametricSoftplus", {"alpha": 1.5, "beta": 2.0}, lambda x: 1.5 * np.log1p(np.exp(2.0 * x))),
+    ("ImageScaler", {"scale": 2.0, "bias": [1.0, -1.0, 0.5]}, lambda x: 2.0 * x + np.array([1.0, -1.0, 0.5]).reshape(1, 3, 1, 1)),
+])
+def test_experimental_ops_of_early_opsets(op, attrs, expected):
+    x = RNG.standard_normal((2, 3, 4, 4)).astype(np.float32)
+    g = helper.make_graph([helper.make_node(op, ["x"], ["y"], **attrs)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, x.shape)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 7)])
+    got = tensorsmith.build(model).run({"x": x})["y"]
+    np.testing.assert_allclose(got, expected(x.astype(np.float64)), rtol=1e-5, atol=1e-5)

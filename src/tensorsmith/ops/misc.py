@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from ..ir import DType, TensorType
-from .registry import InferContext, register
+from .registry import InferContext, register, same_as
 
 # -- NonMaxSuppression ---------------------------------------------------------------------
 
@@ -207,3 +207,27 @@ def multinomial(ctx, logits):
     samples = torch.multinomial(probs, int(ctx.attr("sample_size", 1)), replacement=True,
                                 generator=_generator(ctx, logits.device))
     return samples.to(dtype.torch)
+
+
+# -- experimental ops of early opsets (removed from ONNX since; TensorRT's parser still reads them) --
+
+@register("ImageScaler", infer=same_as(0))
+def image_scaler(ctx, x):
+    """scale * x + bias[c] over an NCHW image (opset 1-8 experimental)."""
+    bias = torch.tensor(ctx.attr("bias", [0.0] * x.shape[1]), dtype=x.dtype, device=x.device)
+    if bias.numel() != x.shape[1]:
+        raise ValueError(f"ImageScaler: {bias.numel()} biases for {x.shape[1]} channels")
+    return x * ctx.attr("scale", 1.0) + bias.reshape(1, -1, *([1] * (x.dim() - 2)))
+
+
+@register("ScaledTanh", infer=same_as(0))
+def scaled_tanh(ctx, x):
+    """alpha * tanh(beta * x) (opset 1-8 experimental)."""
+    return ctx.attr("alpha", 1.0) * torch.tanh(ctx.attr("beta", 1.0) * x)
+
+
+@register("ParametricSoftplus", infer=same_as(0))
+def parametric_softplus(ctx, x):
+    """alpha * ln(exp(beta * x) + 1) (opset 1-8 experimental)."""
+    beta = ctx.attr("beta", 1.0)
+    return ctx.attr("alpha", 1.0) * torch.nn.functional.softplus(x * beta)
