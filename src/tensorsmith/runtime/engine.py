@@ -110,7 +110,7 @@ class Engine:
         results = ctx.execute(on_device)
         out = {}
         for name, t in results.items():
-            t = t.clone() if self.cuda_graphs else t  # the context's buffers are reused by its next run
+XX
             out[name] = _to_numpy(t) if as_numpy else t
         return out
 
