@@ -110,7 +110,8 @@ class Engine:
         results = ctx.execute(on_device)
         out = {}
         for name, t in results.items():
-XX
+            # The context's buffers are reused by its next run; channels-last results come back contiguous.
+            t = t.clone(memory_format=torch.contiguous_format) if self.cuda_graphs else t.contiguous()
             out[name] = _to_numpy(t) if as_numpy else t
         return out
 
