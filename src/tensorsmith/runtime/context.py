@@ -77,6 +77,11 @@ class ExecutionContext:
             if t.device.type != engine.device.type:
                 raise InputError(f"input '{name}' is on {t.device}, the engine runs on {engine.device}; move it "
                                  "there first (execute does not copy), or use run_numpy/engine.run", name)
+        return self._enqueue(tensors, stream)
+
+    def _enqueue(self, tensors: dict[str, torch.Tensor], stream=None) -> dict[str, torch.Tensor]:
+        """`execute` after its checks: `tensors` are already validated and on the device."""
+        engine = self.engine
         shapes = {n: tuple(t.shape) for n, t in tensors.items()}
         profile = engine.select_profile(shapes, self._profile)
         if self._generation != engine.generation:  # refit replaced weights: graphs hold the old runners
@@ -99,7 +104,7 @@ class ExecutionContext:
         """Convenience: numpy (or any tensors) in, numpy out; copies in and out and waits."""
         tensors = check_feeds(feeds, self.engine.plan.inputs)
         on_device = {n: t.to(self.engine.device) for n, t in tensors.items()}
-        return {n: _to_numpy(t) for n, t in self.execute(on_device).items()}
+        return {n: _to_numpy(t) for n, t in self._enqueue(on_device).items()}
 
     def __repr__(self) -> str:
         return f"<ExecutionContext profile={self._profile} of {self.engine!r}>"

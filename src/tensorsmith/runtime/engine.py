@@ -107,7 +107,7 @@ class Engine:
             ctx = self._local.context = self.create_execution_context()
         tensors = check_feeds(feeds, self.plan.inputs)
         on_device = {n: t.to(self.device, non_blocking=True) for n, t in tensors.items()}
-        results = ctx.execute(on_device)
+        results = ctx._enqueue(on_device)  # the feeds were checked just above
         out = {}
         for name, t in results.items():
             # The context's buffers are reused by its next run; channels-last results come back contiguous.
