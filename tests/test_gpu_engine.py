@@ -72,3 +72,16 @@ def test_every_registered_tactic_is_checked_against_the_reference_on_gpu():
                     assert check_tactic(tactic, lc, config) <= 0, (tactic.name, config, lc.layer.name)
                     tried += 1
     assert tried > len(lcs)
+
+
+def test_loaded_engine_with_shape_weights_captures_a_cuda_graph(tmp_path):
+    """Reshape targets are weights read on the host: after a load they must stay on the CPU
+    (on the H200 a loaded BERT engine failed CUDA graph capture before engine/weights.py)."""
+    _, (x, mask), proto = transformer_block_model(opset=13)
+    shapes = {"x": x.shape, "mask": mask.shape}
+    engine = tensorsmith.build(proto, target="cuda", precision="fp16", input_shapes=shapes)
+    path = tmp_path / "block.tsmith"
+    engine.save(path)
+    loaded = tensorsmith.load(path)
+    feeds = {"x": x.cuda(), "mask": mask.cuda()}
+    torch.testing.assert_close(loaded.run(feeds)["out"], engine.run(feeds)["out"])
