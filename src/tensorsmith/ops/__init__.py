@@ -17,6 +17,7 @@ from . import (  # noqa: E402,F401
     reduce,
     signal,
     tensor_shape,
+    tensor_build,
     vision,
 )
 from .registry import (

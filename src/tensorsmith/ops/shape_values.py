@@ -7,9 +7,12 @@ Squeeze/Slice/Cast nodes, so that Reshape(x, Concat(Shape(x)[0], [-1])) infers [
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ._util import ints
+from .inference import fresh_dim
 from .registry import InferContext
 
 _TRACE_DEPTH = 32
@@ -159,3 +162,36 @@ def slice_bounds(start: int, end: int, step: int, dim: int) -> tuple[int, int]:
     if step > 0:
         return min(max(start, 0), dim), min(max(end, 0), dim)
     return min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+
+
+# -- arithmetic on dims that may be symbols ---------------------------------------------
+
+
+def dim_product(dims) -> int | str:
+    """Product of dims: an int when all are static, else a fresh symbol (or the lone symbol)."""
+    static = math.prod(d for d in dims if isinstance(d, int))
+    symbols = [d for d in dims if not isinstance(d, int)]
+    if not symbols or static == 0:
+        return static
+    if len(symbols) == 1 and static == 1:
+        return symbols[0]
+    return fresh_dim()
+
+
+def dim_sum(dims) -> int | str:
+    if all(isinstance(d, int) for d in dims):
+        return sum(dims)
+    nonzero = [d for d in dims if d != 0]
+    return nonzero[0] if len(nonzero) == 1 else fresh_dim()
+
+
+def fresh_shape(rank: int) -> tuple:
+    return tuple(fresh_dim() for _ in range(rank))
+
+
+def static_length(ctx: InferContext, i: int) -> int | None:
+    """Length of the 1-D input i when its shape is static."""
+    s = ctx.shape(i)
+    if s is not None and len(s) == 1 and isinstance(s[0], int):
+        return s[0]
+    return None
