@@ -22,11 +22,10 @@ from ...ops import RunContext
 from ...ops.nn import _window_geometry
 from ..base import LayerContext, Runner, Tactic, register_tactic
 from .compile import load_kernel
-from .gemm import (
+from .gemm import MM_POOL, MM_TEMPLATE
+from .tiles import (
     DOT_DTYPES,
     INT32_LIMIT,
-    MM_POOL,
-    MM_TEMPLATE,
     Binding,
     Decline,
     broadcast_strides,
