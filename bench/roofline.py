@@ -10,7 +10,6 @@ bandwidth. A system's time against max(FLOPs / peak, bytes / bandwidth) is its r
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import asdict, dataclass
 from typing import Mapping, Sequence
 
@@ -203,17 +202,9 @@ def fractions(ms: float, flops: int, nbytes: int, peak_tflops: float, bandwidth_
 def _median_ms(fn, iters: int) -> float:
     import torch
 
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    from tensorsmith.tuner import time_runner
+
+    return time_runner(fn, torch.device("cuda"), warmup=3, repeats=iters)
 
 
 def measure_matrix_peak(precision: str, n: int = 8192) -> float:

@@ -250,20 +250,19 @@ def _fuse_norm(graph: Graph, root: Node, m: Match, op_type: str) -> bool:
     return True
 
 
-def _try_layernorm(graph: Graph, root: Node) -> bool:
-    for p in _LAYERNORM_CORE:
-        m = match(p, root.outputs[0], graph)
-        if m and _fuse_norm(graph, root, m, "LayerNormalization"):
-            return True
-    return False
+def _norm_rewrite(patterns: list[Op], op_type: str):
+    def try_rewrite(graph: Graph, root: Node) -> bool:
+        for p in patterns:
+            m = match(p, root.outputs[0], graph)
+            if m and _fuse_norm(graph, root, m, op_type):
+                return True
+        return False
+
+    return try_rewrite
 
 
-def _try_rmsnorm(graph: Graph, root: Node) -> bool:
-    for p in _RMS_CORE:
-        m = match(p, root.outputs[0], graph)
-        if m and _fuse_norm(graph, root, m, "RMSNormalization"):
-            return True
-    return False
+_try_layernorm = _norm_rewrite(_LAYERNORM_CORE, "LayerNormalization")
+_try_rmsnorm = _norm_rewrite(_RMS_CORE, "RMSNormalization")
 
 
 @register_pass("layernorm_recognition", 3, "mean/variance/normalize/scale/shift chains -> LayerNormalization")
