@@ -265,3 +265,37 @@ def test_pipeline_order_is_explicit_and_complete():
 
     assert sorted(PIPELINE) == sorted(PASSES)
     assert [p.name for p in enabled_passes(5)] == PIPELINE
+
+
+# -- horizontal fusion -------------------------------------------------------------------------
+
+def test_qkv_projections_become_one_matmul_and_a_split():
+    from tensorsmith.passes.horizontal import matmul_horizontal_fusion
+
+    g, feeds = build(graphgen.attention, shape=(2, 5, graphgen.D))
+    assert [n.op_type for n in g.nodes].count("MatMul") == 5
+    ops = apply(g, feeds, matmul_horizontal_fusion)
+    assert ops.count("MatMul") == 3 and ops.count("Split") == 1  # q@k^T and p@v remain
+    fused = next(n for n in g.nodes if n.op_type == "MatMul")
+    assert tuple(g.initializers[fused.inputs[1].name].shape) == (graphgen.D, 3 * graphgen.D)
+    assert len(fused.sources) == 3
+
+
+def test_horizontal_fusion_mixes_biased_and_plain_matmuls_and_keeps_outputs():
+    from tensorsmith.passes.horizontal import matmul_horizontal_fusion
+
+    def block(b, x):
+        a = graphgen.linear(b, x, d_out=3)                       # MatMul + bias
+        p = b.op("MatMul", [x, b.rand((graphgen.D, 4), 0.3)])    # no bias
+        other_k = b.op("MatMul", [b.op("Relu", [x]), b.rand((graphgen.D, 2), 0.3)])  # another input
+        return b.op("Concat", [a, p, other_k], axis=-1)
+    g, feeds = build(block, shape=(2, 5, graphgen.D))
+    ops = apply(g, feeds, matmul_horizontal_fusion)
+    assert ops.count("MatMul") == 2 and ops.count("Split") == 1
+
+
+def test_horizontal_fusion_leaves_a_lone_matmul():
+    from tensorsmith.passes.horizontal import matmul_horizontal_fusion
+
+    g, feeds = build(graphgen.linear, shape=(2, 5, graphgen.D))
+    assert not matmul_horizontal_fusion(g)

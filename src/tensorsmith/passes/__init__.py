@@ -9,6 +9,7 @@ from . import (  # noqa: E402,F401
     cleanup,
     constant_folding,
     fold_linear,
+    horizontal,
     layers,
     recognize,
     shuffle,
@@ -34,7 +35,7 @@ PIPELINE[:] = [
     "transpose_cancellation", "transpose_into_gemm", "concat_slice_elimination",
     "batchnorm_folding", "scale_shift_folding",
     "gelu_recognition", "silu_recognition", "softmax_recognition", "layernorm_recognition",
-    "rmsnorm_recognition", "attention_recognition",
+    "rmsnorm_recognition", "attention_recognition", "matmul_horizontal_fusion",
     "layer_fusion",
 ]
 

@@ -9,6 +9,7 @@ import importlib
 from .base import TACTICS, LayerContext, Runner, Tactic, get_tactic, register_tactic
 from .reference import REFERENCE  # registered first: the fallback every other tactic is checked against
 from . import torch_ops  # noqa: E402,F401,I001  (registers the cuDNN/cuBLAS tactics)
+from . import views  # noqa: E402,F401,I001  (constant-index Gather as a view)
 
 # elementwise chains, norms/softmax/reductions, flash attention (+ torch.sdpa), GEMM, conv
 for _family in ("elementwise", "norm", "attention", "conv", "gemm"):
