@@ -11,8 +11,8 @@ from .reference import REFERENCE  # registered first: the fallback every other t
 from . import torch_ops  # noqa: E402,F401,I001  (registers the cuDNN/cuBLAS tactics)
 from . import views  # noqa: E402,F401,I001  (constant-index Gather as a view)
 
-# elementwise chains, norms/softmax/reductions, flash attention (+ torch.sdpa), GEMM, conv
-for _family in ("elementwise", "norm", "attention", "conv", "gemm"):
+# elementwise chains, norms/softmax/reductions, flash attention (+ torch.sdpa), GEMM, conv, pooling
+for _family in ("elementwise", "norm", "attention", "conv", "gemm", "pool"):
     try:
         importlib.import_module(f".triton.{_family}", __name__)
     except ImportError:
