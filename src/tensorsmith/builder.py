@@ -178,6 +178,7 @@ def plan_layers(graph: Graph, device: torch.device, precision: str = "fp32", cac
                 workspace: int | None = None, tune: bool = True, allowed: set[str] | None = None):
     """Choose a tactic for each Layer of a grouped graph; returns (LayerPlans, runners)."""
     from .tactics import LayerContext
+    from .tactics.base import activation_layout_for
     from .tuner import choose_tactic
 
     half = PRECISIONS[precision]
@@ -185,7 +186,7 @@ def plan_layers(graph: Graph, device: torch.device, precision: str = "fp32", cac
     weights = place_weights(graph, device)
     plans, runners = [], []
     formats: dict[str, str] = {}  # the layout each activation will have at run time
-    layout = "channels_last" if half is not None and any(n.op_type == "Conv" for n in graph.nodes) else "contiguous"
+    layout = activation_layout_for(graph, dtype)
     n = len(graph.layers)
     t0 = time.perf_counter()
     for i, layer in enumerate(graph.layers):

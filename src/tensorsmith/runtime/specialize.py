@@ -21,6 +21,7 @@ from ..errors import EngineTacticError, TensorsmithError
 from ..ir import DType, Graph, TensorType
 from ..ops.inference import infer_graph
 from ..tactics import REFERENCE, TACTICS, LayerContext, Runner
+from ..tactics.base import activation_layout_for
 
 log = logging.getLogger("tensorsmith.runtime")
 _HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -66,6 +67,7 @@ def compile_runners(graph: Graph, layer_plans: list, weights: dict[str, torch.Te
     if len(layers) != len(layer_plans) or any(lay.name != lp.name for lay, lp in zip(layers, layer_plans)):
         raise TensorsmithError(f"engine '{where}': its Layer plan does not match its graph's Layers; rebuild it")
     dtype = _HALF.get(precision, torch.float32)
+    layout = activation_layout_for(graph, dtype)
     runners = []
     for layer, lp in zip(layers, layer_plans):
         tactic = TACTICS.get(lp.tactic)
@@ -73,7 +75,8 @@ def compile_runners(graph: Graph, layer_plans: list, weights: dict[str, torch.Te
             raise EngineTacticError(where, f"Layer '{lp.name}' uses tactic '{lp.tactic}', which this tensorsmith does "
                                            f"not have (it has {sorted(TACTICS)})",
                                     "install the tensorsmith version that built the engine, or rebuild it")
-        lc = LayerContext(layer, graph, {v.name: weights[v.name] for v in layer.weights(graph)}, device, dtype)
+        lc = LayerContext(layer, graph, {v.name: weights[v.name] for v in layer.weights(graph)}, device, dtype,
+                          activation_layout=layout)
         try:
             runners.append(tactic.build(lc, dict(lp.config)))
         except Exception as e:

@@ -71,6 +71,15 @@ class LayerContext:
         return math.prod(self.shape(v))
 
 
+def activation_layout_for(graph: Graph, dtype: torch.dtype) -> str:
+    """The layout of 4-D activations in an engine: half-precision builds with convolutions run
+    channels-last end to end (tensor-core convs want NHWC). The builder and the loader both ask
+    here, so a loaded engine compiles each Layer in the layout it was tuned in."""
+    if dtype in (torch.float16, torch.bfloat16) and any(n.op_type == "Conv" for n in graph.nodes):
+        return "channels_last"
+    return "contiguous"
+
+
 class Tactic:
     """Base class. Subclasses set `name` and override `applies` and `compile` (and `configs`).
 

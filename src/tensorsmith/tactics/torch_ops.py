@@ -1,6 +1,7 @@
 """Tactics that call cuDNN/cuBLAS(Lt) through PyTorch, with the epilogue fused where PyTorch
 exposes a fused call (conv+bias+relu, conv+bias+add+relu, addmm with bias+relu/gelu), and the
-rest of the Layer run op by op after it."""
+rest of the Layer run op by op after it; or, for a convolution, the whole elementwise tail as
+one generated Triton kernel after cuDNN (triton/epilogue.py)."""
 
 from __future__ import annotations
 
@@ -54,9 +55,20 @@ def _conv2d_geometry(node: Node, lc: LayerContext):
             node.attrs.get("group", 1))
 
 
+def _conv_tail(lc: LayerContext):
+    """The Layer's nodes after the Conv as one Triton kernel (triton/epilogue.py), or None where
+    that does not apply (no triton, no Triton device, a node or operand it does not handle)."""
+    try:
+        from .triton.epilogue import conv_tail
+    except ImportError:
+        return None
+    return conv_tail(lc)
+
+
 class CudnnConvTactic(Tactic):
     """cuDNN convolution; configs choose the memory format and whether relu / residual+relu
-    run inside cuDNN (torch.cudnn_convolution_relu / cudnn_convolution_add_relu)."""
+    run inside cuDNN (torch.cudnn_convolution_relu / cudnn_convolution_add_relu), or the
+    whole elementwise tail runs as one Triton kernel after it (fuse="triton")."""
 
     name = "torch.cudnn_conv"
     accepts_strided = True
@@ -86,7 +98,11 @@ class CudnnConvTactic(Tactic):
         # Half precision runs NHWC (tensor cores want it; activations stay channels-last from
         # conv to conv, so the layout is not a per-layer choice the tuner could time fairly).
         layouts = (True,) if lc.dtype in (torch.float16, torch.bfloat16) else (False, True)
-        return [{"channels_last": cl, "fuse": f} for cl in layouts for f in fusions]
+        configs = [{"channels_last": cl, "fuse": f} for cl in layouts for f in fusions]
+        tail = _conv_tail(lc)
+        if tail is not None:
+            configs += [{**tail.config(cl), "fuse": "triton"} for cl in layouts]
+        return configs
 
     def compile(self, lc: LayerContext, config: dict) -> Runner:
         conv = lc.anchor
@@ -101,6 +117,10 @@ class CudnnConvTactic(Tactic):
         def finish(y: torch.Tensor) -> torch.Tensor:
             return y  # channels-last outputs stay so: the next conv reads them without a copy
 
+        if fuse == "triton":
+            def conv2d(x: torch.Tensor) -> torch.Tensor:
+                return F.conv2d(x.contiguous(memory_format=fmt), w, b, stride, padding, dilation, groups)
+            return self._with_triton_tail(lc, config, conv2d)
         if fuse == "add_relu":
             z_name = _other_input(nodes[1], conv.outputs[0]).name
             last = nodes[2].outputs[0].name
@@ -122,6 +142,16 @@ class CudnnConvTactic(Tactic):
             x = env[x_name].contiguous(memory_format=fmt)
             env[out] = finish(F.conv2d(x, w, b, stride, padding, dilation, groups))
         return _tail_runner(lc, head, 1)
+
+    def _with_triton_tail(self, lc: LayerContext, config: dict, conv: Callable[[torch.Tensor], torch.Tensor]) -> Runner:
+        """cuDNN's conv (bias inside), then the tail as one kernel over its output, in its layout."""
+        from .triton.epilogue import ConvTail
+
+        tail = ConvTail(lc).runner(config)
+
+        def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+            return tail(conv(inputs[0]), inputs)  # applies() made inputs[0] the conv's input
+        return run
 
 
 # -- matrix products: cuBLASLt with bias (+relu/gelu) epilogues ---------------------------------

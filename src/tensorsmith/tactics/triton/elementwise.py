@@ -14,6 +14,12 @@ broadcast indices are 0, so each of their elements is written once.
 
 Scalar float weights are inlined as literals; other weights are loaded like inputs (bound at
 compile time). Bool tensors are `*i1` pointers (Triton stores them as bytes).
+
+Channels-last images: the same kernel runs over the NHWC permutation of a 4-D iteration shape,
+every operand permuted alike (a [N,C,1,1] scale becomes [N,1,1,C], index `offs % C` plus
+`offs // (H*W*C)`), and the outputs come back as NCHW-shaped views of NHWC memory. Besides
+elementwise layers, `plan_kernel`/`make_runner` serve the elementwise tail of a convolution
+(epilogue.py), whose first input is the conv's output.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from typing import Any
 import torch
 import triton  # noqa: F401  (no triton, no tactic: tactics/__init__ skips this module)
 
-from ...ir import DType, Value
+from ...ir import DType, Node, Value
 from ..base import LayerContext, Runner, Tactic, register_tactic
 from .codegen import TL_DTYPE, emit_elementwise, register_dtype
 from .compile import load_kernel
@@ -39,6 +45,8 @@ _SUPPORTED = {DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16, DType.INT8, DType.IN
               DType.UINT8, DType.BOOL}
 
 _I32_LIMIT = 2**31 - 8192  # flat offsets (plus one BLOCK) beyond this need int64 index math
+_TO_NHWC = (0, 2, 3, 1)  # an NCHW tensor's dims in NHWC memory order
+_TO_NCHW = (0, 3, 1, 2)  # and back
 
 
 class Unsupported(Exception):
@@ -49,10 +57,10 @@ class Unsupported(Exception):
 class _Plan:
     source: str
     numel: int
-    in_names: list[str]                 # lc.inputs order
     weights: list[torch.Tensor]         # loaded weights, in kernel-argument order
-    out_shapes: list[tuple[int, ...]]
+    out_shapes: list[tuple[int, ...]]   # as the graph has them (NCHW for a 4-D value)
     out_dtypes: list[torch.dtype]
+    nhwc: bool = False                  # indexes the NHWC permutation of a 4-D iteration shape
 
 
 def _device_ok(lc: LayerContext) -> bool:
@@ -151,16 +159,19 @@ def _scalar_weight(lc: LayerContext, v: Value) -> float | None:
     return float(t.reshape(()).item())
 
 
-def build_plan(lc: LayerContext) -> _Plan:
-    """The kernel source and launch data for the layer; raises Unsupported (or ValueError)."""
-    if lc.layer.kind != "elementwise" or not lc.nodes:
-        raise Unsupported("not an elementwise layer")
-    for n in lc.nodes:
+def _nhwc_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """A shape of rank <= 4, padded to 4 and permuted to NHWC order."""
+    p = _pad(shape, 4)
+    return tuple(p[d] for d in _TO_NHWC)
+
+
+def _values(nodes: list[Node]) -> dict[str, Value]:
+    """Every value the nodes read or write, by name; Unsupported for what the kernel cannot hold."""
+    for n in nodes:
         if n.domain or any(True for _ in n.subgraphs()) or len(n.outputs) != 1:
             raise Unsupported(f"node {n.name}")
-
     values: dict[str, Value] = {}
-    for n in lc.nodes:
+    for n in nodes:
         for v in list(n.inputs) + list(n.outputs):
             if v is not None:
                 values.setdefault(v.name, v)
@@ -168,27 +179,29 @@ def build_plan(lc: LayerContext) -> _Plan:
         dt = v.type.dtype if v.type is not None else None
         if dt not in _SUPPORTED:
             raise Unsupported(f"dtype {dt} of {v.name}")
-    shapes = {name: lc.shape(v) for name, v in values.items()}
-    try:
-        full = tuple(torch.broadcast_shapes(*shapes.values()))
-    except RuntimeError as e:
-        raise Unsupported(str(e)) from None
+    return values
+
+
+def _weight_tensor(lc: LayerContext, v: Value, nhwc: bool) -> torch.Tensor:
+    t = lc.weight(v).to(device=lc.device, dtype=v.type.dtype.torch)
+    if nhwc:
+        t = t.reshape(_pad(tuple(t.shape), 4)).permute(*_TO_NHWC)
+    return t.contiguous()
+
+
+def _source(nodes: list[Node], activations: list[Value], weight_vals: list[Value], outs: list[Value],
+            shapes: dict[str, tuple[int, ...]], full: tuple[int, ...], scalars: dict[str, float]) -> str:
+    """The kernel: loads of activations then weights, the nodes' math, the stores of `outs`;
+    `shapes` and `full` are in the order the kernel iterates."""
+    loads = activations + weight_vals
     numel = math.prod(full)
-
-    scalars = {name: s for name, v in values.items() if (s := _scalar_weight(lc, v)) is not None}
-    weight_vals = [v for v in lc.layer.weights(lc.graph) if v.name not in scalars]
-    loads = list(lc.inputs) + weight_vals
-    outs = list(lc.outputs)
-    if not outs:
-        raise Unsupported("layer has no outputs")
-
     dims, flags = _coalesce(full, [shapes[v.name] for v in loads] + [shapes[v.name] for v in outs])
     index = _Index(dims)
 
     body: list[str] = []
     env: dict[str, str] = {}
     for k, v in enumerate(loads):
-        ptr = f"in{k}" if k < len(lc.inputs) else f"w{k - len(lc.inputs)}"
+        ptr = f"in{k}" if k < len(activations) else f"w{k - len(activations)}"
         off = index.offset(flags[k])
         reg = register_dtype(v.type.dtype)
         conv = "" if reg == TL_DTYPE[v.type.dtype] else f".to({reg})"
@@ -197,7 +210,7 @@ def build_plan(lc: LayerContext) -> _Plan:
         else:
             body.append(f"x{k} = tl.load({ptr} + {off if off == 'offs' else '(' + off + ')'}, mask=m){conv}")
         env[v.name] = f"x{k}"
-    body += emit_elementwise(lc.nodes, env, lambda v: scalars.get(v.name))
+    body += emit_elementwise(nodes, env, lambda v: scalars.get(v.name))
     for k, v in enumerate(outs):
         fl = flags[len(loads) + k]
         off = index.offset(fl)
@@ -206,7 +219,7 @@ def build_plan(lc: LayerContext) -> _Plan:
         store = TL_DTYPE[v.type.dtype]
         body.append(f"tl.store(out{k} + ({off}), {env[v.name]}.to({store}), mask={mask})")
 
-    params = ([f"in{k}" for k in range(len(lc.inputs))] + [f"w{k}" for k in range(len(weight_vals))]
+    params = ([f"in{k}" for k in range(len(activations))] + [f"w{k}" for k in range(len(weight_vals))]
               + [f"out{k}" for k in range(len(outs))] + ["BLOCK: tl.constexpr"])
     pid = "tl.program_id(0).to(tl.int64)" if numel > _I32_LIMIT else "tl.program_id(0)"
     lines = [
@@ -220,15 +233,47 @@ def build_plan(lc: LayerContext) -> _Plan:
         f"    m = offs < {numel}",
     ]
     lines += ["    " + l for l in index.lines + body]
-    source = "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n"
 
-    weights = []
-    for v in weight_vals:
-        t = lc.weight(v)
-        t = t.to(device=lc.device, dtype=v.type.dtype.torch).contiguous()
-        weights.append(t)
-    return _Plan(source, numel, [v.name for v in lc.inputs], weights,
-                 [shapes[v.name] for v in outs], [v.type.dtype.torch for v in outs])
+
+def plan_kernel(lc: LayerContext, nodes: list[Node], activations: list[Value], outs: list[Value],
+                nhwc: bool = False) -> _Plan:
+    """The kernel computing `nodes` from `activations` (its first arguments, in this order) and
+    the weights the nodes read, storing `outs`; raises Unsupported (or ValueError).
+
+    With `nhwc` the iteration shape must be 4-D and every output of it: the kernel then runs over
+    the NHWC permutation, reading each operand and writing each output in NHWC memory order."""
+    values = _values(nodes)
+    shapes = {name: lc.shape(v) for name, v in values.items()}
+    try:
+        full = tuple(torch.broadcast_shapes(*shapes.values()))
+    except RuntimeError as e:
+        raise Unsupported(str(e)) from None
+    if nhwc:
+        if len(full) != 4 or any(shapes[v.name] != full for v in outs):
+            raise Unsupported("NHWC order needs every output of the 4-D iteration shape")
+        shapes = {name: _nhwc_shape(s) for name, s in shapes.items()}
+        full = _nhwc_shape(full)
+    numel = math.prod(full)
+    if not outs:
+        raise Unsupported("layer has no outputs")
+
+    scalars = {name: s for name, v in values.items() if (s := _scalar_weight(lc, v)) is not None}
+    weight_vals = [v for v in values.values() if lc.is_weight(v) and v.name not in scalars]
+    source = _source(nodes, list(activations), weight_vals, outs, shapes, full, scalars)
+    return _Plan(source, numel, [_weight_tensor(lc, v, nhwc) for v in weight_vals],
+                 [lc.shape(v) for v in outs], [v.type.dtype.torch for v in outs], nhwc)
+
+
+def build_plan(lc: LayerContext, nhwc: bool = False) -> _Plan:
+    """The plan of an elementwise layer: its inputs in, its outputs out."""
+    if lc.layer.kind != "elementwise" or not lc.nodes:
+        raise Unsupported("not an elementwise layer")
+    return plan_kernel(lc, lc.nodes, list(lc.inputs), list(lc.outputs), nhwc)
+
+
+def _block_cap(numel: int) -> int:
+    return max(512, 1 << max(0, (numel - 1).bit_length()))
 
 
 def _configs_for(numel: int) -> list[dict[str, Any]]:
@@ -238,14 +283,89 @@ def _configs_for(numel: int) -> list[dict[str, Any]]:
         pairs = [(512, 4), (1024, 4), (2048, 8)]
     else:
         pairs = [(1024, 4), (2048, 4), (2048, 8), (4096, 8)]
-    cap = max(512, 1 << max(0, (numel - 1).bit_length()))
+    cap = _block_cap(numel)
     return [{"BLOCK": b, "num_warps": w} for b, w in pairs if b <= cap]
 
 
+def default_config(numel: int) -> dict[str, Any]:
+    """One config good enough for a memory-bound pass (8 elements a thread: 16-byte half loads),
+    for callers that would rather not time several."""
+    return {"BLOCK": min(1024, _block_cap(numel)), "num_warps": 4}
+
+
+def _as_contiguous(t: torch.Tensor) -> torch.Tensor:
+    return t if t.is_contiguous() else t.contiguous()
+
+
+def _as_nhwc(t: torch.Tensor) -> torch.Tensor:
+    """`t` (rank <= 4) as its NHWC permutation with contiguous memory: a view for a channels-last
+    activation or a [N,C,1,1] one, a copy only for what is laid out otherwise."""
+    if t.dim() < 4:
+        t = t.reshape(_pad(tuple(t.shape), 4))
+    return _as_contiguous(t.permute(*_TO_NHWC))
+
+
+def _launcher(plan: _Plan, config: dict[str, Any], device: torch.device) -> Runner:
+    kernel = load_kernel(plan.source, KERNEL_NAME)
+    block = int(config.get("BLOCK", 1024))
+    warps = int(config.get("num_warps", 4))
+    grid = ((plan.numel + block - 1) // block,)
+    weights, numel, nhwc = plan.weights, plan.numel, plan.nhwc
+    out_specs = [(_nhwc_shape(s) if nhwc else s, dt) for s, dt in zip(plan.out_shapes, plan.out_dtypes)]
+    arrange = _as_nhwc if nhwc else _as_contiguous
+
+    def launch(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        outs = [torch.empty(s, dtype=dt, device=device) for s, dt in out_specs]
+        if numel:
+            # Inputs in the kernel's order are views; others are copied (the only allocation
+            # besides the outputs, normally none).
+            kernel[grid](*[arrange(x) for x in inputs], *weights, *outs, BLOCK=block, num_warps=warps)
+        # NHWC memory seen as NCHW: a channels-last tensor of the graph's shape.
+        return [o.permute(*_TO_NCHW) for o in outs] if nhwc else outs
+
+    return launch
+
+
+def make_runner(lc: LayerContext, nodes: list[Node], activations: list[Value], outs: list[Value],
+                config: dict[str, Any]) -> Runner:
+    """The runner of `plan_kernel(lc, nodes, activations, outs)`: inputs are the activations' tensors.
+
+    Config `channels_last` adds the NHWC kernel, which runs unless every input of the output's
+    shape arrives NCHW-contiguous: a channels-last build keeps its images NHWC, while 4-D tensors
+    that are not images (attention scores in a hybrid network) stay NCHW without two copies."""
+    nchw = _launcher(plan_kernel(lc, nodes, activations, outs), config, lc.device)
+    if not config.get("channels_last"):
+        return nchw
+    nhwc = _launcher(plan_kernel(lc, nodes, activations, outs, nhwc=True), config, lc.device)
+    full = lc.shape(outs[0])
+    big = [i for i, v in enumerate(activations) if lc.shape(v) == full]
+
+    def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        if big and all(inputs[i].is_contiguous() for i in big):
+            return nchw(inputs)
+        return nhwc(inputs)
+
+    return run
+
+
+def nhwc_applies(lc: LayerContext, nodes: list[Node], activations: list[Value], outs: list[Value]) -> bool:
+    """Whether the NHWC kernel exists for these nodes (4-D outputs of the iteration shape)."""
+    try:
+        plan_kernel(lc, nodes, activations, outs, nhwc=True)
+    except (Unsupported, ValueError):
+        return False
+    return True
+
+
 class TritonElementwise(Tactic):
-    """One kernel for an elementwise layer; the tuner decides whether it beats the reference."""
+    """One kernel for an elementwise layer; the tuner decides whether it beats the reference.
+
+    In a channels-last build (half-precision convolutions) the configs carry `channels_last`, so
+    that images stay NHWC through the layer (make_runner); the flag is in the config rather than
+    read from the LayerContext so that a loaded engine compiles the kernel that was timed."""
 
     name = "triton.elementwise"
+    accepts_strided = True  # the runner copies what its kernel cannot index (make_runner)
 
     def applies(self, lc: LayerContext) -> bool:
         if lc.layer.kind != "elementwise" or not _device_ok(lc):
@@ -261,30 +381,15 @@ class TritonElementwise(Tactic):
             numel = math.prod(torch.broadcast_shapes(*(lc.shape(v) for n in lc.nodes for v in n.outputs)))
         except (ValueError, RuntimeError):
             numel = 1 << 20
-        return _configs_for(numel)
+        configs = _configs_for(numel)
+        if lc.activation_layout == "channels_last" and nhwc_applies(lc, lc.nodes, list(lc.inputs), list(lc.outputs)):
+            configs = [{**c, "channels_last": True} for c in configs]
+        return configs
 
     def compile(self, lc: LayerContext, config: dict[str, Any]) -> Runner:
-        plan = build_plan(lc)
-        kernel = load_kernel(plan.source, KERNEL_NAME)
-        block = int(config.get("BLOCK", 1024))
-        warps = int(config.get("num_warps", 4))
-        grid = ((plan.numel + block - 1) // block,)
-        weights = plan.weights
-        out_specs = list(zip(plan.out_shapes, plan.out_dtypes))
-        device = lc.device
-        numel = plan.numel
-
-        def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-            outs = [torch.empty(s, dtype=dt, device=device) for s, dt in out_specs]
-            if numel == 0:
-                return outs
-            # Activations arrive contiguous; a strided view is copied (the only allocation
-            # besides the outputs; layer outputs are contiguous, so normally none).
-            xs = [x if x.is_contiguous() else x.contiguous() for x in inputs]
-            kernel[grid](*xs, *weights, *outs, BLOCK=block, num_warps=warps)
-            return outs
-
-        return run
+        if lc.layer.kind != "elementwise" or not lc.nodes:
+            raise Unsupported("not an elementwise layer")
+        return make_runner(lc, lc.nodes, list(lc.inputs), list(lc.outputs), config)
 
 
 TRITON_ELEMENTWISE = register_tactic(TritonElementwise())

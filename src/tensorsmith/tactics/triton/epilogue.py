@@ -1,0 +1,97 @@
+"""The elementwise tail of a convolution Layer (the nodes after its Conv) as ONE generated kernel.
+
+cuDNN runs the Conv with its bias inside (torch_ops.CudnnConvTactic, config fuse="triton");
+what follows it — HardSwish, Sigmoid, x*sigmoid(x), a residual Add (+Relu), per-channel scales,
+the casts of a half-precision graph — then costs one pass over the conv's output, one load and
+one store per element with the math in float32, instead of several PyTorch kernels per op.
+
+The kernel is elementwise.py's, with the conv output as its first input. When the conv output
+is channels-last (half-precision builds) it runs in NHWC order and writes channels-last
+outputs; a residual is read in the conv output's layout (copied only if it arrives otherwise).
+Operands besides the conv output are limited to what convolution tails hold: tensors of the
+output's shape, scalars, and per-channel constants ([C,1,1] or [1,C,1,1]).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..base import LayerContext
+from .elementwise import Unsupported, default_config, make_runner, plan_kernel
+from .tiles import on_triton_device
+
+TailRunner = Callable[[torch.Tensor, list[torch.Tensor]], list[torch.Tensor]]
+
+
+def _fits(shape: tuple[int, ...], out: tuple[int, ...]) -> bool:
+    """A tail operand of the output's shape, a scalar, or one value per output channel."""
+    if math.prod(shape) == 1:
+        return True
+    if len(shape) > len(out):
+        return False
+    p = (1,) * (len(out) - len(shape)) + tuple(shape)
+    return p == out or p == (1, out[1]) + (1,) * (len(out) - 2)
+
+
+class ConvTail:
+    """The nodes after the Layer's Conv, as one kernel over the conv output; raises Unsupported
+    (or ValueError) for a Layer whose tail it cannot compute."""
+
+    def __init__(self, lc: LayerContext):
+        conv = lc.anchor
+        if conv is None or conv.op_type != "Conv" or not lc.nodes or lc.nodes[0] is not conv:
+            raise Unsupported("the Layer does not start with its Conv")
+        self.lc, self.nodes = lc, lc.nodes[1:]
+        if not self.nodes:
+            raise Unsupported("nothing after the Conv")
+        self.conv_out = conv.outputs[0]
+        shape = lc.shape(self.conv_out)
+        if len(shape) != 4:
+            raise Unsupported("not a 2-D convolution")
+        read = {v.name for n in self.nodes for v in n.inputs if v is not None}
+        others = [v for v in lc.inputs if v.name in read]
+        weights = {v.name: v for n in self.nodes for v in n.inputs if v is not None and lc.is_weight(v)}
+        for v in others + list(weights.values()):
+            if not _fits(lc.shape(v), shape):
+                raise Unsupported(f"operand {v.name} {lc.shape(v)} of the conv tail is not full, scalar or per-channel")
+        # The conv output itself may leave the Layer too; the kernel stores the rest.
+        self.outs = [v for v in lc.outputs if v is not self.conv_out]
+        if not self.outs or any(lc.shape(v) != shape for v in self.outs):
+            raise Unsupported("a tail output does not have the conv output's shape")
+        self.activations = [self.conv_out] + others
+        self.picks = [[x.name for x in lc.inputs].index(v.name) for v in others]
+        plan_kernel(lc, self.nodes, self.activations, self.outs)  # every node has a Triton expression
+
+    def config(self, channels_last: bool) -> dict[str, Any]:
+        """The kernel config for a conv output in this layout (one: the conv dominates the time)."""
+        return {**default_config(self.lc.numel(self.conv_out)), "channels_last": channels_last}
+
+    def runner(self, config: dict[str, Any]) -> TailRunner:
+        """`run(y, inputs)`: the Layer's outputs from the conv output `y` and the Layer's inputs."""
+        launch = make_runner(self.lc, self.nodes, self.activations, self.outs, config)
+        picks, conv_out = self.picks, self.conv_out
+        layer_outs = [v is conv_out for v in self.lc.outputs]
+
+        def run(y: torch.Tensor, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+            results = iter(launch([y] + [inputs[i] for i in picks]))
+            return [y if is_conv else next(results) for is_conv in layer_outs]
+
+        return run
+
+
+def conv_tail(lc: LayerContext) -> ConvTail | None:
+    """The Layer's tail as one kernel, or None where that kernel does not apply (or no Triton
+    device: CUDA, or the CPU under the interpreter)."""
+    if not on_triton_device(lc):
+        return None
+    try:
+        return ConvTail(lc)
+    except (Unsupported, ValueError):
+        return None
+
+
+__all__ = ["ConvTail", "TailRunner", "conv_tail"]
