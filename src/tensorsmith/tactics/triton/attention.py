@@ -8,6 +8,12 @@
 - "torch.sdpa": torch.nn.functional.scaled_dot_product_attention on the same layers (no
   prologue/epilogue), which competes with the kernel on the GPU and also runs on the CPU.
 
+Both read Q, K, V and the mask in whatever layout they arrive: exporters split heads with
+Reshape + Transpose, which are views, so the kernel takes each input's strides at run time
+rather than have it copied. The kernel writes a rank-4 output [batch, heads, seq, size] into
+[batch, seq, heads, size] memory (as torch's flash attention does), so the Transpose + Reshape
+that merges the heads back is a view too.
+
 Both compute what ops/attention.py computes for the cases they accept and decline the rest:
 past_key/past_value, nonpad_kv_seqlen, softcap, sliding windows, qk_matmul_output_mode != 0,
 softmax_precision, extra outputs that are read, and masks shorter than the keys (ONNX pads
@@ -37,9 +43,14 @@ class _Decline(Exception):
     """The layer has something these tactics do not handle."""
 
 
+# How one index axis of a tile reads a tensor: (tensor dim, multiplier of its stride). A
+# multiplier of 0 marks an axis the tensor broadcasts over: its stride is 0 whatever the tensor's.
+_Pick = tuple[int, int]
+
+
 @dataclass
 class _Slot:
-    """One tensor the kernel loads: its tile role and its strides in the role's index space.
+    """One tensor the kernel loads: its tile role and how its strides map to the role's index space.
 
     Index spaces: q, y -> (batch, q head, query, feature); k, v -> (batch, kv head, key, feature);
     mask -> (batch, q head, query, key).
@@ -47,7 +58,7 @@ class _Slot:
 
     value: Value
     role: str  # "q" | "k" | "v" | "mask" | "y" (an epilogue operand, over the output tile)
-    strides: tuple[int, int, int, int]
+    picks: tuple[_Pick, _Pick, _Pick, _Pick]
     source: tuple[str, Any]  # ("input", index in lc.inputs) or ("weight", tensor)
 
 
@@ -73,42 +84,66 @@ class _Plan:
     y_shape: tuple[int, ...] = ()
 
 
-def _contiguous_strides(shape: tuple[int, ...]) -> list[int]:
-    out, acc = [], 1
-    for d in reversed(shape):
-        out.append(acc)
-        acc *= d
-    return out[::-1]
-
-
-def _broadcast_strides(shape: tuple[int, ...], target: tuple[int, ...]) -> list[int]:
-    """Strides of a contiguous tensor of `shape` read as if expanded to `target` (right-aligned)."""
+def _broadcast_dims(shape: tuple[int, ...], target: tuple[int, ...]) -> list[int | None]:
+    """For each dim of `target`, the dim of `shape` that indexes it when `shape` is broadcast to
+    `target` (right-aligned), or None where it broadcasts."""
     if len(shape) > len(target):
         raise _Decline(f"shape {shape} has more dims than {target}")
     pad = len(target) - len(shape)
-    strides = [0] * pad + _contiguous_strides(shape)
-    full = (1,) * pad + tuple(shape)
-    out = []
-    for d, t, s in zip(full, target, strides):
-        if d == t and d != 1:
-            out.append(s)
-        elif d == 1:
-            out.append(0)
+    out: list[int | None] = [None] * pad
+    for i, (d, t) in enumerate(zip(shape, target[pad:])):
+        if d == 1:
+            out.append(None)
+        elif d == t:
+            out.append(i)
         else:
             raise _Decline(f"shape {shape} does not broadcast to {target}")
     return out
 
 
-def _index_strides(shape: tuple[int, ...], target: tuple[int, ...], per_head: int | None) -> tuple[int, int, int, int]:
-    """(batch, head, seq, feature) strides of a tensor broadcast to `target`.
+def _index_picks(shape: tuple[int, ...], target: tuple[int, ...], per_head: int | None) -> tuple[_Pick, ...]:
+    """How the (batch, head, seq, feature) strides of a tensor broadcast to `target` follow from its strides.
 
     `per_head` is None for a 4-D target [B, H, S, X]; for a 3-D target [B, S, H*X] it is X, and
-    the last axis splits into head and feature.
+    the last axis splits into head and feature: element (b, s, h*X + f) lies at
+    b*st0 + s*st1 + (h*X + f)*st2, whatever the strides, so the head stride is X*st2.
     """
-    st = _broadcast_strides(shape, target)
+    picks = [(0, 0) if d is None else (d, 1) for d in _broadcast_dims(shape, target)]
     if per_head is None:
-        return st[0], st[1], st[2], st[3]
-    return st[0], st[2] * per_head, st[1], st[2]
+        return tuple(picks)
+    batch, seq, (dim, m) = picks
+    return batch, (dim, m * per_head), seq, (dim, m)
+
+
+def _strides(picks: tuple[_Pick, ...], stride: tuple[int, ...]) -> list[int]:
+    """The index strides of a tensor with element strides `stride`."""
+    return [stride[d] * m if m else 0 for d, m in picks]
+
+
+def _fits_int32(t: torch.Tensor) -> bool:
+    """Whether every offset into `t` fits the kernel's 32-bit index arithmetic."""
+    return sum((n - 1) * st for n, st in zip(t.shape, t.stride())) < 2**31
+
+
+def _slot_args(slot: _Slot):
+    """A function from the runner's inputs to the kernel arguments of `slot`: its tensor, then
+    its four index strides. Weights keep the strides they had at compile time; inputs are read
+    in the layout they arrive in."""
+    kind, src = slot.source
+    picks = slot.picks
+    if kind == "weight":
+        fixed = [src, *_strides(picks, src.stride())]
+        return lambda inputs: fixed
+
+    def args(inputs: list[torch.Tensor]) -> list[Any]:
+        t = inputs[src]
+        # A view into a larger buffer (a slice of a fused QKV projection) can span more than the
+        # 2**31 elements that `applies` bounds the layer's tensors by: copy that one.
+        if not _fits_int32(t):
+            t = t.contiguous()
+        return [t, *_strides(picks, t.stride())]
+
+    return args
 
 
 def _analyze(lc: LayerContext) -> _Plan:
@@ -160,7 +195,7 @@ def _analyze(lc: LayerContext) -> _Plan:
             raise _Decline("mask must be float or bool, rank <= 4")
         if ms and ms[-1] != l:
             raise _Decline("mask shorter than the keys (ONNX pads it with -inf)")
-        _broadcast_strides(ms, (b, hq, s, l))
+        _broadcast_dims(ms, (b, hq, s, l))
         operands[_MASK] = mask
     scale = a.get("scale")
     plan = _Plan(b, hq, hk, s, l, d, dv, 1.0 / math.sqrt(d) if scale is None else float(scale),
@@ -290,7 +325,7 @@ class _KernelBuilder:
         key = (v.name, role)
         if key not in self.keys:
             target, per_head = self._target(role)
-            strides = _index_strides(self.lc.shape(v), target, per_head)
+            picks = _index_picks(self.lc.shape(v), target, per_head)
             if self.lc.is_weight(v):
                 source = ("weight", self.lc.weight(v))
             elif v.name in self.input_index:
@@ -298,7 +333,7 @@ class _KernelBuilder:
             else:
                 raise _Decline(f"value '{v.name}' is neither a layer input nor a weight")
             self.keys[key] = len(self.slots)
-            self.slots.append(_Slot(v, role, strides, source))
+            self.slots.append(_Slot(v, role, picks, source))
         i = self.keys[key]
         head, rows, rmask, cols, cmask = _ROLE[role]
         ptr = f"X{i} + b * x{i}_b + {head} * x{i}_h + {rows} * x{i}_s + {cols} * x{i}_d"
@@ -319,7 +354,7 @@ class _KernelBuilder:
         for j, x in enumerate(node.inputs):
             if x is None or x.name in env or self.scalar_of(x) is not None:
                 continue
-            _broadcast_strides(self.lc.shape(x), self.lc.shape(v))  # within the operand's shape
+            _broadcast_dims(self.lc.shape(x), self.lc.shape(v))  # within the operand's shape
             name = f"{var}_in{j}"
             lines.append(f"{name} = {self.load(x, role, cast=register_dtype(x.type.dtype))}")
             env[x.name] = name
@@ -377,6 +412,7 @@ def _next_pow2(n: int) -> int:
 
 class FlashAttention(Tactic):
     name = "triton.flash_attention"
+    accepts_strided = True  # the kernel reads each input through its run-time strides
 
     def applies(self, lc: LayerContext) -> bool:
         if lc.device.type != "cuda" and not _interpreted() or importlib.util.find_spec("triton") is None:
@@ -425,31 +461,48 @@ class FlashAttention(Tactic):
             dot_kw = f', input_precision="{"tf32" if tf32 else "ieee"}"'
         kernel = load_kernel(builder.source(dot_kw, causal_bound=not _interpreted()), "attention_kernel")
         bm, bn = int(config["BLOCK_M"]), int(config["BLOCK_N"])
-        out_shape, out_dtype = plan.y_shape, plan.output.type.dtype.torch
-        so = _contiguous_strides(out_shape)
-        out_strides = tuple(so) if plan.rank == 4 else (so[0], so[2] * plan.head_v, so[1], so[2])
         grid = (_cdiv(plan.q_len, bm), plan.batch * plan.q_heads)
-        tail = (*out_strides, plan.q_heads, plan.q_len, plan.scale)
+        new_output = _output_allocator(plan, lc.device)
+        tail = (*_out_strides(plan), plan.q_heads, plan.q_len, plan.scale)
         constexprs = {
             "GROUP": plan.q_heads // plan.kv_heads, "D": plan.head, "DV": plan.head_v,
             "BLOCK_D": max(16, _next_pow2(plan.head)), "BLOCK_DV": max(16, _next_pow2(plan.head_v)),
             "BLOCK_M": bm, "BLOCK_N": bn, "IS_CAUSAL": plan.causal, "S_K": plan.kv_len,
             "num_warps": int(config.get("num_warps", 4)), "num_stages": int(config.get("num_stages", 2)),
         }
-        slots = [(s.source, s.strides) for s in builder.slots]
-        device = lc.device
+        # Strides are plain int arguments, so one compiled kernel serves every layout; working
+        # them out per call is host work that a CUDA graph capture does once.
+        slot_args = [_slot_args(s) for s in builder.slots]
         launch = kernel[grid]
 
         def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
             args: list[Any] = []
-            for (kind, src), st in slots:
-                args.append(inputs[src] if kind == "input" else src)
-                args.extend(st)
-            out = torch.empty(out_shape, dtype=out_dtype, device=device)
+            for slot in slot_args:
+                args.extend(slot(inputs))
+            out = new_output()
             launch(*args, out, *tail, **constexprs)
             return [out]
 
         return run
+
+
+def _out_strides(plan: _Plan) -> tuple[int, int, int, int]:
+    """(batch, head, query, feature) strides of the output: [batch, seq, heads, size] memory for both ranks."""
+    return plan.q_len * plan.q_heads * plan.head_v, plan.head_v, plan.q_heads * plan.head_v, 1
+
+
+def _output_allocator(plan: _Plan, device: torch.device):
+    """A function allocating the output, laid out as _out_strides says.
+
+    A rank-4 output [B, H, S, Dv] is a permuted view of [B, S, H, Dv] memory, as torch's flash
+    attention returns it: the Transpose(0, 2, 1, 3) + Reshape [B, S, H*Dv] that exporters merge
+    the heads with is then a view, not a copy. A rank-3 output [B, S, H*Dv] is that memory already.
+    """
+    b, h, s, dv = plan.batch, plan.q_heads, plan.q_len, plan.head_v
+    dtype = plan.output.type.dtype.torch
+    if plan.rank == 4:
+        return lambda: torch.empty(b, s, h, dv, dtype=dtype, device=device).permute(0, 2, 1, 3)
+    return lambda: torch.empty(b, s, h * dv, dtype=dtype, device=device)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -463,6 +516,7 @@ class TorchSdpa(Tactic):
     """torch's fused attention (flash / memory-efficient / cuDNN / math backends, its choice)."""
 
     name = "torch.sdpa"
+    accepts_strided = True  # torch's attention takes any layout (its backends copy where they must)
 
     def applies(self, lc: LayerContext) -> bool:
         try:
@@ -501,10 +555,10 @@ class TorchSdpa(Tactic):
 
         def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
             q, k, v, mask = get_q(inputs), get_k(inputs), get_v(inputs), get_mask(inputs)
-            if rank == 3:
-                q = q.view(b, s, hq, d).transpose(1, 2)
-                k = k.view(b, l, hk, d).transpose(1, 2)
-                v = v.view(b, l, hk, dv).transpose(1, 2)
+            if rank == 3:  # (reshape: the inputs may be views in any layout)
+                q = q.reshape(b, s, hq, d).transpose(1, 2)
+                k = k.reshape(b, l, hk, d).transpose(1, 2)
+                v = v.reshape(b, l, hk, dv).transpose(1, 2)
             y = sdpa(q, k, v, attn_mask=mask, **kw)
             if rank == 3:
                 y = y.transpose(1, 2).reshape(b, s, hq * dv)
