@@ -142,8 +142,9 @@ def test_tail_kernel_source_indexes_channels_by_layout():
     nodes, inits, residual = TAILS["per_channel"]
     lc = _layer(_conv_model(nodes, inits, residual), "convolution")
     tail = ConvTail(lc)
-    nchw = plan_kernel(lc, tail.nodes, tail.activations, tail.outs).source
-    nhwc = plan_kernel(lc, tail.nodes, tail.activations, tail.outs, nhwc=True).source
+    assert tail.bias is not None and tail.nodes[0].op_type == "Add"  # the conv bias is the tail's first Add
+    nchw = plan_kernel(tail.lc, tail.nodes, tail.activations, tail.outs).source
+    nhwc = plan_kernel(tail.lc, tail.nodes, tail.activations, tail.outs, nhwc=True).source
     assert f"(offs // {HW * HW}) % {OC}" in nchw and "0.5" in nchw  # the scalar is inlined
     assert f"offs % {OC}" in nhwc
 

@@ -118,9 +118,7 @@ class CudnnConvTactic(Tactic):
             return y  # channels-last outputs stay so: the next conv reads them without a copy
 
         if fuse == "triton":
-            def conv2d(x: torch.Tensor) -> torch.Tensor:
-                return F.conv2d(x.contiguous(memory_format=fmt), w, b, stride, padding, dilation, groups)
-            return self._with_triton_tail(lc, config, conv2d)
+            return self._with_triton_tail(lc, config, fmt, w, b, (stride, padding, dilation, groups))
         if fuse == "add_relu":
             z_name = _other_input(nodes[1], conv.outputs[0]).name
             last = nodes[2].outputs[0].name
@@ -143,14 +141,19 @@ class CudnnConvTactic(Tactic):
             env[out] = finish(F.conv2d(x, w, b, stride, padding, dilation, groups))
         return _tail_runner(lc, head, 1)
 
-    def _with_triton_tail(self, lc: LayerContext, config: dict, conv: Callable[[torch.Tensor], torch.Tensor]) -> Runner:
-        """cuDNN's conv (bias inside), then the tail as one kernel over its output, in its layout."""
+    def _with_triton_tail(self, lc: LayerContext, config: dict, fmt, w, b, geometry) -> Runner:
+        """cuDNN's conv, then the tail as one kernel over its output, in its layout; the bias is
+        added in the tail when the tail takes it (ConvTail.bias), else inside cuDNN."""
         from .triton.epilogue import ConvTail
 
-        tail = ConvTail(lc).runner(config)
+        tail = ConvTail(lc)
+        launch = tail.runner(config)
+        conv_bias = None if tail.bias is not None else b
 
         def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-            return tail(conv(inputs[0]), inputs)  # applies() made inputs[0] the conv's input
+            # applies() made inputs[0] the conv's input
+            y = F.conv2d(inputs[0].contiguous(memory_format=fmt), w, conv_bias, *geometry)
+            return launch(y, inputs)
         return run
 
 

@@ -1,7 +1,9 @@
 """The elementwise tail of a convolution Layer (the nodes after its Conv) as ONE generated kernel.
 
-cuDNN runs the Conv with its bias inside (torch_ops.CudnnConvTactic, config fuse="triton");
-what follows it — HardSwish, Sigmoid, x*sigmoid(x), a residual Add (+Relu), per-channel scales,
+cuDNN runs the Conv (torch_ops.CudnnConvTactic, config fuse="triton") without its bias: the
+bias is the tail kernel's first Add. cuDNN adds a bias to a channels-last output with a separate
+broadcast kernel for most of its algorithms (35 of them per MobileNetV3 call at batch 1), while
+in the tail it is one more per-channel load. What follows it — HardSwish, Sigmoid, x*sigmoid(x), a residual Add (+Relu), per-channel scales,
 the casts of a half-precision graph — then costs one pass over the conv's output, one load and
 one store per element with the math in float32, instead of several PyTorch kernels per op.
 
@@ -14,12 +16,14 @@ output's shape, scalars, and per-channel constants ([C,1,1] or [1,C,1,1]).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from ...ir import Node, TensorType, Value
 from ..base import LayerContext
 from .elementwise import Unsupported, default_config, make_runner, plan_kernel
 from .tiles import on_triton_device
@@ -35,6 +39,25 @@ def _fits(shape: tuple[int, ...], out: tuple[int, ...]) -> bool:
         return False
     p = (1,) * (len(out) - len(shape)) + tuple(shape)
     return p == out or p == (1, out[1]) + (1,) * (len(out) - 2)
+
+
+def _bias(lc: LayerContext, conv: Node) -> Value | None:
+    b = conv.inputs[2] if len(conv.inputs) > 2 else None
+    return b if b is not None and lc.is_weight(b) else None
+
+
+def _bias_add(lc: LayerContext, conv_out: Value, bias: Value) -> tuple[LayerContext, Value, Node]:
+    """A detached `Add(raw, bias[C,1,1])` whose output carries conv_out's name (the kernel's code
+    refers to values by name, so the tail reads the biased value); the Layer context gains the
+    reshaped bias. Fresh Values only: the graph's own Values and Nodes are left untouched."""
+    shape = lc.shape(conv_out)
+    dtype = conv_out.type.dtype
+    raw = Value(conv_out.name + "__unbiased", TensorType(dtype, shape))
+    b = Value(bias.name + "__per_channel", TensorType(dtype, (shape[1], 1, 1)))
+    out = Value(conv_out.name, TensorType(dtype, shape))
+    add = Node("Add", [raw, b], [out], name=conv_out.name + "__bias_add")
+    weights = {**lc.weights, b.name: lc.weight(bias).reshape(shape[1], 1, 1)}
+    return dataclasses.replace(lc, weights=weights), raw, add
 
 
 class ConvTail:
@@ -62,9 +85,16 @@ class ConvTail:
         self.outs = [v for v in lc.outputs if v is not self.conv_out]
         if not self.outs or any(lc.shape(v) != shape for v in self.outs):
             raise Unsupported("a tail output does not have the conv output's shape")
-        self.activations = [self.conv_out] + others
         self.picks = [[x.name for x in lc.inputs].index(v.name) for v in others]
-        plan_kernel(lc, self.nodes, self.activations, self.outs)  # every node has a Triton expression
+        first = self.conv_out
+        self.bias = _bias(lc, conv)
+        if self.bias is not None and not any(v is self.conv_out for v in lc.outputs):
+            self.lc, first, add = _bias_add(lc, self.conv_out, self.bias)
+            self.nodes = [add] + self.nodes
+        else:
+            self.bias = None  # the conv output leaves the Layer as it is: cuDNN adds the bias
+        self.activations = [first] + others
+        plan_kernel(self.lc, self.nodes, self.activations, self.outs)  # every node has a Triton expression
 
     def config(self, channels_last: bool) -> dict[str, Any]:
         """The kernel config for a conv output in this layout (one: the conv dominates the time)."""
