@@ -51,8 +51,9 @@ from .tiles import (
 )
 
 MM_POOL = [
-    (128, 256, 64, 3, 8), (128, 128, 64, 3, 4), (128, 128, 32, 4, 4), (64, 128, 64, 4, 4),
-    (128, 64, 32, 4, 4), (64, 64, 64, 4, 4), (64, 32, 32, 5, 2), (32, 64, 32, 5, 2),
+    (128, 256, 64, 3, 8), (256, 128, 64, 3, 8), (128, 128, 64, 4, 8), (128, 128, 64, 3, 4),
+    (128, 128, 32, 4, 4), (64, 128, 64, 4, 4), (128, 64, 32, 4, 4), (64, 64, 64, 4, 4),
+    (64, 32, 32, 5, 2), (32, 64, 32, 5, 2),
 ]
 # Few rows (decode-like, small batch): narrow M tiles, wide N and K.
 MM_POOL_SMALL_M = [
@@ -305,7 +306,8 @@ class TritonGemm(Tactic):
     def configs(self, lc: LayerContext) -> list[dict[str, Any]]:
         p = _MatmulProblem(lc)
         pool = MM_POOL_SMALL_M if p.rows <= 64 else MM_POOL
-        configs = pick_configs(pool, p.rows, p.N, p.K, p.dot_dtype.itemsize)
+        # Large problems: the 8-warp 256/128-wide tiles (what wgmma wants on Hopper) come first.
+        configs = pick_configs(pool, p.rows, p.N, p.K, p.dot_dtype.itemsize, limit=8)
         return fp32_configs(lc, p.dot_dtype, configs, torch.backends.cuda.matmul.allow_tf32)
 
     def compile(self, lc: LayerContext, config: dict[str, Any]) -> Runner:
