@@ -160,18 +160,20 @@ class CudnnConvTactic(Tactic):
 # -- matrix products: cuBLASLt with bias (+relu/gelu) epilogues ---------------------------------
 
 class CublasLinearTactic(Tactic):
-    """MatMul(x, W) [+ bias] [-> Relu/Gelu] as one addmm with a cuBLASLt epilogue."""
+    """MatMul(x, W) [+ bias] [-> Relu/tanh-Gelu] as one addmm with a cuBLASLt epilogue; or
+    (config tail="triton") addmm with the bias, then the rest of the Layer (erf GELU, residual
+    Add, casts) as one generated Triton kernel (triton/epilogue.py MatmulTail)."""
 
     name = "torch.cublas_linear"
     accepts_strided = True
 
-    def _parts(self, lc: LayerContext):
+    def _parts(self, lc: LayerContext, fuse_activation: bool = True):
         mm = lc.anchor
         if mm is None or mm is not lc.nodes[0] or mm.op_type not in ("MatMul", "Gemm") or not lc.is_weight(mm.inputs[1]):
             return None
         w = lc.weight(mm.inputs[1])
         if mm.op_type == "Gemm":
-            return self._gemm_parts(lc, mm, w)
+            return self._gemm_parts(lc, mm, w, fuse_activation)
         if w.dim() != 2 or not lc.inputs or lc.inputs[0] is not mm.inputs[0]:
             return None
         consumed, bias, act = 1, None, None
@@ -181,13 +183,13 @@ class CublasLinearTactic(Tactic):
             other = _other_input(nodes[1], out)
             if lc.is_weight(other) and lc.weight(other).numel() == w.shape[1]:
                 bias, consumed, out = other, 2, nodes[1].outputs[0]
-        if bias is not None and len(nodes) > consumed:
+        if fuse_activation and bias is not None and len(nodes) > consumed:
             n = nodes[consumed]
             if n.op_type == "Relu" or (n.op_type == "Gelu" and n.attrs.get("approximate", "none") == "tanh"):
                 act, consumed = n, consumed + 1
         return mm, w, bias, act, consumed
 
-    def _gemm_parts(self, lc: LayerContext, gemm: Node, w: torch.Tensor):
+    def _gemm_parts(self, lc: LayerContext, gemm: Node, w: torch.Tensor, fuse_activation: bool = True):
         """Gemm(x, W, c) with alpha = beta = 1, transA = 0 and a per-column bias c (or none)."""
         a = gemm.attrs
         if a.get("transA", 0) or a.get("alpha", 1.0) != 1.0 or a.get("beta", 1.0) != 1.0 or w.dim() != 2:
@@ -199,7 +201,7 @@ class CublasLinearTactic(Tactic):
         if c is not None and (not lc.is_weight(c) or lc.weight(c).numel() != w.shape[1]):
             return None
         consumed, act = 1, None
-        if c is not None and len(lc.nodes) > 1 and lc.nodes[1].op_type == "Relu":
+        if fuse_activation and c is not None and len(lc.nodes) > 1 and lc.nodes[1].op_type == "Relu":
             act, consumed = lc.nodes[1], 2
         return gemm, w.contiguous(), c, act, consumed
 
@@ -207,8 +209,25 @@ class CublasLinearTactic(Tactic):
         return lc.device.type == "cuda" and lc.dtype in (torch.float16, torch.bfloat16, torch.float32) \
             and self._parts(lc) is not None
 
+    def _tail(self, lc: LayerContext):
+        """The rest of the Layer after the GEMM and its bias as one Triton kernel, or None."""
+        parts = self._parts(lc, fuse_activation=False)
+        if parts is None or parts[-1] >= len(lc.nodes):
+            return None
+        consumed = parts[-1]
+        try:
+            from .triton.epilogue import matmul_tail
+        except ImportError:
+            return None
+        return matmul_tail(lc, lc.nodes[consumed - 1].outputs[0], consumed)
+
+    def configs(self, lc: LayerContext) -> list[dict]:
+        tail = self._tail(lc)
+        return [{}] + ([{**tail.config(), "tail": "triton"}] if tail is not None else [])
+
     def compile(self, lc: LayerContext, config: dict) -> Runner:
-        mm, w, bias, act, consumed = self._parts(lc)
+        triton_tail = config.get("tail") == "triton"
+        mm, w, bias, act, consumed = self._parts(lc, fuse_activation=not triton_tail)
         b = lc.weight(bias).reshape(-1) if bias is not None else None
         x_name = mm.inputs[0].name
         last = lc.nodes[consumed - 1].outputs[0].name
@@ -225,6 +244,15 @@ class CublasLinearTactic(Tactic):
             else:
                 y = torch._addmm_activation(b, x2, w, use_gelu=use_gelu)
             env[last] = y.reshape(*x.shape[:-1], n)
+        if triton_tail:
+            launch = self._tail(lc).runner(config)
+            in_names = [v.name for v in lc.inputs]
+
+            def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+                env = dict(zip(in_names, inputs))
+                head(env)
+                return launch(env[last], inputs)
+            return run
         return _tail_runner(lc, head, consumed)
 
 
