@@ -32,7 +32,7 @@ from typing import Any
 import torch
 import triton  # noqa: F401  (no triton, no tactic: tactics/__init__ skips this module)
 
-from ...ir import DType, Node, Value
+from ...ir import DType, Node, Value, broadcast_shapes
 from ..base import LayerContext, Runner, Tactic, register_tactic
 from .codegen import TL_DTYPE, emit_elementwise, register_dtype
 from .compile import load_kernel
@@ -246,8 +246,10 @@ def plan_kernel(lc: LayerContext, nodes: list[Node], activations: list[Value], o
     values = _values(nodes)
     shapes = {name: lc.shape(v) for name, v in values.items()}
     try:
-        full = tuple(torch.broadcast_shapes(*shapes.values()))
-    except RuntimeError as e:
+        # The IR's pure-Python broadcast: torch.broadcast_shapes imports torch._refs on first
+        # use (1.9 s), which made loading a ResNet-50 engine with conv tails take 2 s.
+        full = tuple(broadcast_shapes(*shapes.values()))
+    except ValueError as e:
         raise Unsupported(str(e)) from None
     if nhwc:
         if len(full) != 4 or any(shapes[v.name] != full for v in outs):
@@ -378,7 +380,7 @@ class TritonElementwise(Tactic):
 
     def configs(self, lc: LayerContext) -> list[dict[str, Any]]:
         try:
-            numel = math.prod(torch.broadcast_shapes(*(lc.shape(v) for n in lc.nodes for v in n.outputs)))
+            numel = math.prod(broadcast_shapes(*(lc.shape(v) for n in lc.nodes for v in n.outputs)))
         except (ValueError, RuntimeError):
             numel = 1 << 20
         configs = _configs_for(numel)
