@@ -2,8 +2,8 @@
 
 A transformer's Q, K and V projections are three GEMMs of x [M, K] with [K, N] weights, each
 with its bias Add. One GEMM against the concatenated [K, 3N] weight does the same work in one
-launch with a third of the tile-quantisation waste, and its output splits along the last axis
-into strided views (Split), which the head-split Reshape/Transpose and attention read in place.
+launch on a wider tile grid, and its output splits along the last axis into strided views
+(Split), which the head-split Reshape/Transpose and attention read in place.
 """
 
 from __future__ import annotations
