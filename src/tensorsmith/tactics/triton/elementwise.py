@@ -25,7 +25,6 @@ elementwise layers, `plan_kernel`/`make_runner` serve the elementwise tail of a 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +35,7 @@ from ...ir import DType, Node, Value, broadcast_shapes
 from ..base import LayerContext, Runner, Tactic, register_tactic
 from .codegen import TL_DTYPE, emit_elementwise, register_dtype
 from .compile import load_kernel
+from .tiles import on_triton_device
 
 KERNEL_NAME = "ts_elementwise"
 
@@ -61,12 +61,6 @@ class _Plan:
     out_shapes: list[tuple[int, ...]]   # as the graph has them (NCHW for a 4-D value)
     out_dtypes: list[torch.dtype]
     nhwc: bool = False                  # indexes the NHWC permutation of a 4-D iteration shape
-
-
-def _device_ok(lc: LayerContext) -> bool:
-    if lc.device.type == "cuda":
-        return True
-    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def _pad(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:
@@ -370,7 +364,7 @@ class TritonElementwise(Tactic):
     accepts_strided = True  # the runner copies what its kernel cannot index (make_runner)
 
     def applies(self, lc: LayerContext) -> bool:
-        if lc.layer.kind != "elementwise" or not _device_ok(lc):
+        if lc.layer.kind != "elementwise" or not on_triton_device(lc):
             return False
         try:
             build_plan(lc)

@@ -41,6 +41,20 @@ def _fits(shape: tuple[int, ...], out: tuple[int, ...]) -> bool:
     return p == out or p == (1, out[1]) + (1,) * (len(out) - 2)
 
 
+def _tail_runner(tail, head: Value, config: dict[str, Any]) -> TailRunner:
+    """The runner of a planned tail (ConvTail or MatmulTail): its kernel reads the head op's
+    output `y` and the Layer inputs at `tail.picks`; `head` itself may be a Layer output too."""
+    launch = make_runner(tail.lc, tail.nodes, tail.activations, tail.outs, config)
+    picks = tail.picks
+    layer_outs = [v is head for v in tail.lc.outputs]
+
+    def run(y: torch.Tensor, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        results = iter(launch([y] + [inputs[i] for i in picks]))
+        return [y if is_head else next(results) for is_head in layer_outs]
+
+    return run
+
+
 def _bias(lc: LayerContext, conv: Node) -> Value | None:
     b = conv.inputs[2] if len(conv.inputs) > 2 else None
     return b if b is not None and lc.is_weight(b) else None
@@ -102,15 +116,7 @@ class ConvTail:
 
     def runner(self, config: dict[str, Any]) -> TailRunner:
         """`run(y, inputs)`: the Layer's outputs from the conv output `y` and the Layer's inputs."""
-        launch = make_runner(self.lc, self.nodes, self.activations, self.outs, config)
-        picks, conv_out = self.picks, self.conv_out
-        layer_outs = [v is conv_out for v in self.lc.outputs]
-
-        def run(y: torch.Tensor, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-            results = iter(launch([y] + [inputs[i] for i in picks]))
-            return [y if is_conv else next(results) for is_conv in layer_outs]
-
-        return run
+        return _tail_runner(self, self.conv_out, config)
 
 
 class MatmulTail:
@@ -139,15 +145,7 @@ class MatmulTail:
 
     def runner(self, config: dict[str, Any]) -> TailRunner:
         """`run(y, inputs)`: the Layer's outputs from the GEMM output `y` and the Layer's inputs."""
-        launch = make_runner(self.lc, self.nodes, self.activations, self.outs, config)
-        picks, first = self.picks, self.first
-        layer_outs = [v is first for v in self.lc.outputs]
-
-        def run(y: torch.Tensor, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-            results = iter(launch([y] + [inputs[i] for i in picks]))
-            return [y if is_first else next(results) for is_first in layer_outs]
-
-        return run
+        return _tail_runner(self, self.first, config)
 
 
 def matmul_tail(lc: LayerContext, first: Value, consumed: int) -> MatmulTail | None:

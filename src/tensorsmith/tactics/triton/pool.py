@@ -18,6 +18,7 @@ import triton  # noqa: F401  (no triton, no tactic)
 from ..base import LayerContext, Runner, Tactic, register_tactic
 from ..torch_ops import _tail_runner
 from .compile import load_kernel
+from .tiles import on_triton_device
 
 SOURCE = '''
 import triton
@@ -139,7 +140,7 @@ class TritonPool(Tactic):
     accepts_strided = True  # strides are read from the tensors at run time
 
     def applies(self, lc: LayerContext) -> bool:
-        if lc.device.type != "cuda" and not _interpreter_ok(lc):
+        if not on_triton_device(lc):
             return False
         node = _pool_node(lc)
         if node is None:
@@ -201,13 +202,6 @@ class TritonPool(Tactic):
                 IS_MAX=is_max, COUNT_PAD=count_pad, BLOCK_P=bp, BLOCK_C=bc, num_warps=warps)
             env[out_name] = y
         return _tail_runner(lc, head, 1)
-
-
-def _interpreter_ok(lc: LayerContext) -> bool:
-    """On the CPU only under the Triton interpreter (the tests)."""
-    from .compile import _interpreted
-
-    return lc.device.type == "cpu" and _interpreted()
 
 
 TRITON_POOL = register_tactic(TritonPool())
