@@ -216,8 +216,45 @@ def seq_noops(b: Builder, x: str) -> str:
     return b.op("Cast", [x], to=TensorProto.FLOAT)
 
 
+def attention_torch_mha(b: Builder, x: str) -> str:
+    """As torch.nn.MultiheadAttention(batch_first=True) exports (torchvision's ViT): sequence-major
+    packed projection, Unsqueeze/Transpose/Squeeze, one Gather per tensor, per-head reshapes."""
+    bsz, seq, hd = 2, 5, D // H
+    shape = lambda *s: b.const(np.array(s, np.int64))  # noqa: E731
+    t = b.op("Transpose", [x], perm=[1, 0, 2])
+    proj = b.op("Add", [b.rand((3 * D,), 0.1), b.op("MatMul", [t, b.rand((D, 3 * D), 0.3)])])
+    p = b.op("Unsqueeze", [b.op("Reshape", [proj, shape(seq, bsz, 3, D)]), shape(0)])
+    p = b.op("Squeeze", [b.op("Transpose", [p], perm=[3, 1, 2, 0, 4]), shape(3)])
+    root = b.const(np.array([hd ** -0.25], np.float32))
+
+    def head(i):
+        g = b.op("Gather", [p, b.const(np.array(i, np.int64))], axis=0)
+        g = b.op("Transpose", [b.op("Reshape", [g, shape(seq, bsz * H, hd)])], perm=[1, 0, 2])
+        return b.op("Reshape", [g, shape(bsz, H, seq, hd)])
+
+    q = b.op("Mul", [head(0), root])
+    kt = b.op("Transpose", [b.op("Mul", [b.op("Transpose", [head(1)], perm=[0, 1, 3, 2]), root])], perm=[0, 1, 3, 2])
+    s = b.op("MatMul", [q, b.op("Transpose", [kt], perm=[0, 1, 3, 2])])
+    y = b.op("MatMul", [b.op("Softmax", [s], axis=-1), head(2)])
+    y = b.op("Reshape", [b.op("Transpose", [y], perm=[2, 0, 1, 3]), shape(seq * bsz, D)])
+    y = b.op("Gemm", [y, b.rand((D, D), 0.3), b.rand((D,), 0.1)], transB=1)
+    return b.op("Transpose", [b.op("Reshape", [y, shape(seq, bsz, D)])], perm=[1, 0, 2])
+
+
+def shuffle_chain(b: Builder, x: str) -> str:
+    """Reshapes and transposes that reorder the data, then back to [2, 5, D]."""
+    r = b.op("Reshape", [x, b.const(np.array([2, 5, 2, D // 2], np.int64))])
+    r = b.op("Transpose", [r], perm=[int(i) for i in b.rng.permutation(4)])
+    r = b.op("Reshape", [r, b.const(np.array([10, D], np.int64))])
+    r = b.op("Transpose", [r], perm=[1, 0])
+    r = b.op("Reshape", [r, b.const(np.array([D, 2, 5], np.int64))])
+    r = b.op("Unsqueeze", [r, b.const(np.array([0], np.int64))])
+    r = b.op("Transpose", [r], perm=[0, 2, 3, 1])
+    return b.op("Reshape", [r, b.const(np.array([2, 5, D], np.int64))])
+
+
 SEQ_BLOCKS = [linear, gelu_erf, gelu_tanh, layernorm, rmsnorm, softmax, attention, gemm_transpose,
-              matmul_scale, seq_silu, seq_noops, attention_sdpa_style]
+              matmul_scale, seq_silu, seq_noops, attention_sdpa_style, attention_torch_mha, shuffle_chain]
 
 
 def random_model(family: str, blocks: list[int], seed: int) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:

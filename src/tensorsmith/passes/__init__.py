@@ -13,6 +13,7 @@ from . import (  # noqa: E402,F401
     layers,
     recognize,
     shuffle,
+    shuffle_chains,
 )
 from .layers import group_layers  # noqa: E402
 from .manager import (
@@ -33,9 +34,10 @@ PIPELINE[:] = [
     "dead_code_elimination", "identity_elimination", "common_subexpression_elimination",
     "constant_folding", "shape_folding", "shape_inference",
     "transpose_cancellation", "transpose_into_gemm", "concat_slice_elimination",
+    "gemm_to_matmul", "rowwise_shuffle_sinking", "shuffle_chain_simplification",
     "batchnorm_folding", "scale_shift_folding",
     "gelu_recognition", "silu_recognition", "softmax_recognition", "layernorm_recognition",
-    "rmsnorm_recognition", "attention_recognition", "matmul_horizontal_fusion",
+    "rmsnorm_recognition", "attention_recognition", "attention_scale_folding", "matmul_horizontal_fusion",
     "layer_fusion",
 ]
 

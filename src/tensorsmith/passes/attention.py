@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 from ..ir import Graph, Node, Value
 from .manager import register_pass
 from .pattern import Const, Match, Op, Var, match
 from .recognize import is_live
-from .rewrite import forward, new_node, remove_dead
+from .rewrite import constant_value, forward, is_graph_output, new_node, remove_dead
 
 _q, _k, _v = Var("q"), Var("kt"), Var("v")
 _one_number = lambda t: t.numel() == 1  # noqa: E731
@@ -104,5 +106,51 @@ def attention_recognition(graph: Graph) -> bool:
     changed = False
     for node in list(graph.nodes):
         if node.op_type == "MatMul" and not node.domain and is_live(graph, node) and _try_attention(graph, node):
+            changed = True
+    return changed
+
+
+_VIEW_OPS = ("Transpose", "Reshape", "Squeeze", "Unsqueeze")
+
+
+def _scalar_factor(graph: Graph, v: Value) -> tuple[Node, float] | None:
+    """A Mul or Div by a positive scalar constant that `v` is read through (past single-reader
+    shuffles), as (node, factor on its result)."""
+    while True:
+        p = v.producer
+        if p is None or p.domain or p.graph is not graph or len(v.users) != 1 or is_graph_output(graph, v):
+            return None
+        if p.op_type in _VIEW_OPS:
+            v = p.inputs[0]
+            continue
+        if p.op_type not in ("Mul", "Div"):
+            return None
+        for i in ((0, 1) if p.op_type == "Mul" else (0,)):
+            c = constant_value(graph, p.inputs[1 - i])
+            if c is None or c.numel() != 1 or constant_value(graph, p.inputs[i]) is not None:
+                continue
+            f = float(c.reshape(-1)[0])
+            f = f if p.op_type == "Mul" else (1.0 / f if f else 0.0)
+            if f > 0 and math.isfinite(f) and (p.outputs[0].type == p.inputs[i].type):
+                return p, f
+        return None
+
+
+@register_pass("attention_scale_folding", 3, "Attention(Q*a, K*b, V) -> Attention(Q, K, V) with scale*a*b")
+def attention_scale_folding(graph: Graph) -> bool:
+    changed = False
+    for node in list(graph.nodes):
+        if node.op_type != "Attention" or node.domain or "scale" not in node.attrs:
+            continue
+        for k in (0, 1):
+            found = _scalar_factor(graph, node.inputs[k])
+            if found is None:
+                continue
+            mul, factor = found
+            x = mul.inputs[0] if constant_value(graph, mul.inputs[1]) is not None else mul.inputs[1]
+            graph.replace_all_uses(mul.outputs[0], x)
+            remove_dead(graph, [mul])
+            node.attrs["scale"] = float(node.attrs["scale"]) * factor
+            node.sources.extend(s for s in mul.sources if s not in node.sources)
             changed = True
     return changed
