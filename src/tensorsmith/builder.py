@@ -109,10 +109,15 @@ def build(
     if cache is not None:
         cache.save()
     from .engine.memory import plan_memory
+    from .tactics.base import output_binding
 
-    plan.memory = plan_memory(tuned_graph, plan.layers).summary()
-    log.info("activations: %.1f MiB arena (%.1f MiB without reuse); weights %.1f MiB",
+    # profile 0's runners (the first tuned): the values they write into the context's arena
+    tuned_runners = runners if runners is not None else next(iter(prebuilt.values()))
+    written = {n for lp, r in zip(plan.layers, tuned_runners) for n, w in zip(lp.outputs, output_binding(r)) if w}
+    plan.memory = plan_memory(tuned_graph, plan.layers, written).summary()
+    log.info("activations: %.1f MiB arena (%.1f MiB without reuse), %.1f MiB bound in %.1f MiB; weights %.1f MiB",
              plan.memory["activation_arena_bytes"] / 2**20, plan.memory["activation_naive_bytes"] / 2**20,
+             plan.memory["arena_bound_bytes"] / 2**20, plan.memory["device_arena_bytes"] / 2**20,
              plan.memory["weight_bytes"] / 2**20)
     log.info("built in %.1f s", time.perf_counter() - t0)
     return Engine(plan, runners=runners, cuda_graphs=cuda_graphs, profiles=profiles, profile_layers=profile_layers,

@@ -18,15 +18,16 @@ CPU = torch.device("cpu")
 NOT_TRITON = {name for name in TACTICS if not name.startswith("triton")}
 
 
-def build_layered(model, profiles=None, **options) -> Engine:
+def build_layered(model, profiles=None, allowed=NOT_TRITON, **options) -> Engine:
+    """`allowed`: the tactics to choose from (the first that runs correctly wins)."""
     base = tensorsmith.build(model, target="cpu", profiles=profiles, **options)
     graph = base.plan.graph
     plan = Plan(graph, "cpu", base.plan.inputs, base.plan.outputs, precision="fp32")
     if base.profiles:
         _, profile_layers, prebuilt = _plan_profiles(graph, plan, base.profiles, "fp32", None, None, False,
-                                                   device=CPU, allowed=NOT_TRITON)
+                                                   device=CPU, allowed=allowed)
         plan.layers = profile_layers[0]
         return Engine(plan, profiles=base.profiles, profile_layers=profile_layers, prebuilt=prebuilt,
                       refittable=base.refittable)
-    plan.layers, runners = plan_layers(graph, CPU, "fp32", None, None, False, NOT_TRITON)
+    plan.layers, runners = plan_layers(graph, CPU, "fp32", None, None, False, allowed)
     return Engine(plan, runners=runners, refittable=base.refittable)

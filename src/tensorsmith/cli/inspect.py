@@ -118,6 +118,10 @@ def render(info: dict) -> str:
             f"  activations: {mib(m.get('activation_arena_bytes'))} arena "
             f"({mib(m.get('activation_naive_bytes'))} without reuse, {m.get('buffers', 0)} buffers)",
             f"  weights:     {mib(m.get('weight_bytes'))}"]
+    if "arena_bound_bytes" in m:
+        out.append(f"  bound:       {mib(m['arena_bound_bytes'])} written by their runners into a "
+                   f"{mib(m.get('device_arena_bytes'))} arena, {mib(m.get('runner_allocated_bytes'))} "
+                   "allocated by runners (or views)")
     if m.get("note"):
         out.append(f"  note: {m['note']}")
     for i, p in enumerate(info["profiles"]):

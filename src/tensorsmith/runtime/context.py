@@ -1,9 +1,10 @@
 """ExecutionContext: one line of execution of an Engine (TensorRT's IExecutionContext).
 
 Contexts of one engine share its weights and compiled runners; each has its own activation
-memory and captured CUDA graphs (one per concrete input shape, at most `max_graphs`), and its
-own selected optimization profile. Use one context per thread (or per stream): a context is
-not meant to be entered by two threads at once, two contexts are.
+memory (an arena, runtime/arena.py, and a CUDA graph pool), captured CUDA graphs (one per
+concrete input shape, at most `max_graphs`) and selected optimization profile. Use one context
+per thread (or per stream): a context is not meant to be entered by two threads at once, two
+contexts are.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 
 from ..errors import InputError, TensorsmithError
 from ..ops.interpreter import run_graph
+from .arena import Arena
 from .engine import Engine, _to_numpy
 from .feeds import check_feeds
 
@@ -22,14 +24,16 @@ from .feeds import check_feeds
 class DeviceMemory:
     """Activation memory that several contexts may share, as TensorRT's `setDeviceMemory`.
 
-    It is a CUDA graph memory pool: contexts created with the same DeviceMemory capture their
-    graphs into it, so they must not run at the same time (the caller orders them, e.g. on one
-    stream). Without it, every context has a pool of its own."""
+    It is a CUDA graph memory pool and an activation arena: contexts created with the same
+    DeviceMemory capture their graphs into it and bind activations to the same arena, so they
+    must not run at the same time (the caller orders them, e.g. on one stream). Without it,
+    every context has a pool and an arena of its own."""
 
     def __init__(self):
         if not torch.cuda.is_available():
             raise TensorsmithError("DeviceMemory needs a CUDA GPU; CPU contexts allocate as they run")
         self.pool = torch.cuda.graph_pool_handle()
+        self.arena = Arena()
 
 
 class ExecutionContext:
@@ -37,7 +41,7 @@ class ExecutionContext:
 
     max_graphs = 8  # captured CUDA graphs kept per context (one per input shape)
 
-    def __init__(self, engine: Engine, device_memory: DeviceMemory | None = None):
+    def __init__(self, engine: Engine, device_memory: DeviceMemory | None = None, arena: bool = True):
         if device_memory is not None and not isinstance(device_memory, DeviceMemory):
             raise TensorsmithError(f"device_memory must be a tensorsmith.runtime.DeviceMemory, got "
                                    f"{type(device_memory).__name__}")
@@ -46,6 +50,9 @@ class ExecutionContext:
         self._profile: int | None = None
         self._generation = engine.generation
         self._graphs = None
+        self._arena = None
+        if arena:
+            self._arena = device_memory.arena if device_memory is not None else Arena()
         if engine.cuda_graphs:
             from .executor import CudaGraphRunner
 
@@ -95,9 +102,9 @@ class ExecutionContext:
             else:
                 executor = engine.executor_for(profile, shapes)
                 if self._graphs is not None:
-                    results = self._graphs.run(tensors, executor)
+                    results = self._graphs.run(tensors, executor, self._arena)
                 else:
-                    results = executor.run(tensors)
+                    results = executor.run(tensors, self._arena)
         return dict(zip(names, results))
 
     def run_numpy(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:

@@ -20,6 +20,7 @@ import torch
 from ..engine import Plan
 from ..engine.profile import OptimizationProfile, select_profile
 from ..engine.weights import place_weight
+from .arena import arena_enabled
 from .feeds import check_feeds
 from .specialize import ShapeKey, compile_runners, shape_key, specialize_graph, static_shapes, weights_on
 
@@ -43,6 +44,7 @@ class Engine:
         self.profile_layers = list(profile_layers or ([plan.layers] if plan.layers else []))
         self.refittable = refittable  # {"weights": {name: {dtype, shape}}, "folded": [names]}
         self.cuda_graphs = cuda_graphs and plan.target == "cuda"
+        self.use_arena = arena_enabled()  # what new contexts do unless told (runtime/arena.py)
         self.device = torch.device("cuda") if plan.target == "cuda" else torch.device("cpu")
         self.generation = 0  # bumped by refit: contexts drop what they captured
         self.source = "<built engine>"  # the file it was loaded from, for error messages
@@ -88,12 +90,15 @@ class Engine:
         return layer_report(self.plan.graph, lambda layer: layer.attrs.get("tactic", "reference"))
 
     # -- contexts and running --------------------------------------------------------------
-    def create_execution_context(self, device_memory=None):
+    def create_execution_context(self, device_memory=None, arena: bool | None = None):
         """A new ExecutionContext: shares this engine's weights, has its own activation memory
-        (or `device_memory`, a `DeviceMemory` shared with contexts that never run concurrently)."""
+        (or `device_memory`, a `DeviceMemory` shared with contexts that never run concurrently).
+
+        `arena` (default `engine.use_arena`): runners write activations into the context's arena
+        where they can, at offsets planned by liveness; False lets every runner allocate."""
         from .context import ExecutionContext
 
-        return ExecutionContext(self, device_memory)
+        return ExecutionContext(self, device_memory, self.use_arena if arena is None else arena)
 
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Run on `feeds`; returns {output name: value}, numpy if any feed was numpy, else torch.
@@ -162,7 +167,7 @@ class Engine:
         from .executor import Executor
 
         ex = Executor(layer_plans, runners, self._weights, [s.name for s in self.plan.inputs],
-                      [s.name for s in self.plan.outputs])
+                      [s.name for s in self.plan.outputs], self.device)
         self._executors[key] = ex
         while len(self._executors) > self.max_specializations:
             self._executors.popitem(last=False)

@@ -10,6 +10,16 @@ Runner calling convention: `runner(inputs) -> outputs`, where `inputs` are the L
 activation inputs in `LayerContext.inputs` order and outputs are in `LayerContext.outputs`
 order. Weights are bound at compile time. A runner must not synchronize with the host and
 must not allocate anything but its outputs (it runs inside CUDA graph capture).
+
+Output binding (optional): a runner marked with `binds_outputs(run, which)` also takes
+`run(inputs, out)`, with `out` one entry per output, a tensor or None, sharing no memory with
+the inputs. Where `which[i]` and `out[i]` is a tensor of the shape, dtype and layout the runner
+would have allocated for output i, it writes output i there and returns that very tensor;
+otherwise it allocates as usual. This is how the executor places activations in its arena
+(runtime/arena.py): it learns the layouts from a run without `out`, and an `out[i]` that does
+not fit costs an allocation, never a wrong result. Binding is per runner, not per tactic: the
+same tactic may compile a runner that writes only some outputs (cuDNN allocates a conv output
+that leaves the Layer) or none (a Layer whose last nodes run op by op).
 """
 
 from __future__ import annotations
@@ -22,7 +32,36 @@ import torch
 
 from ..ir import Graph, Layer, Node, Value
 
-Runner = Callable[[list[torch.Tensor]], list[torch.Tensor]]
+Runner = Callable[..., list[torch.Tensor]]  # run(inputs) -> outputs; bound runners also run(inputs, out)
+
+
+def binds_outputs(run: Runner, which) -> Runner:
+    """Mark `run` as taking `out` (see the module docstring); `which[i]`: whether it writes output i there."""
+    run.writes_into_out = tuple(bool(w) for w in which)
+    return run
+
+
+def output_binding(run: Runner) -> tuple[bool, ...]:
+    """Per output, whether `run` writes it into a given `out` tensor; () for a runner that takes none."""
+    return getattr(run, "writes_into_out", ())
+
+
+def given_output(out: list | None, i: int, shape: tuple[int, ...], dtype: torch.dtype,
+                 memory_format: torch.memory_format = torch.contiguous_format) -> torch.Tensor | None:
+    """`out[i]` if the caller gave a tensor of this shape and dtype, dense in `memory_format`; else None."""
+    t = out[i] if out is not None else None
+    if t is None or tuple(t.shape) != tuple(shape) or t.dtype != dtype:
+        return None
+    return t if t.is_contiguous(memory_format=memory_format) else None
+
+
+def output_or_empty(out: list | None, i: int, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device,
+                    memory_format: torch.memory_format = torch.contiguous_format) -> torch.Tensor:
+    """`given_output(...)`, else a new tensor of that layout."""
+    t = given_output(out, i, shape, dtype, memory_format)
+    if t is None:
+        t = torch.empty(shape, dtype=dtype, device=device, memory_format=memory_format)
+    return t
 
 
 @dataclass
@@ -105,7 +144,10 @@ class Tactic:
         runner = self.compile(lc, config)
         if self.accepts_strided:
             return runner
-        return lambda inputs: runner([t.contiguous() for t in inputs])
+        which = output_binding(runner)
+        if not which:
+            return lambda inputs: runner([t.contiguous() for t in inputs])
+        return binds_outputs(lambda inputs, out=None: runner([t.contiguous() for t in inputs], out), which)
 
     def workspace_bytes(self, lc: LayerContext, config: dict[str, Any]) -> int:
         """Scratch memory the runner needs besides its outputs (the workspace limit excludes it)."""

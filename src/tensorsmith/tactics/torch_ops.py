@@ -12,7 +12,15 @@ import torch.nn.functional as F
 
 from ..ir import Node
 from ..ops import RunContext, lookup
-from .base import LayerContext, Runner, Tactic, register_tactic
+from .base import (
+    LayerContext,
+    Runner,
+    Tactic,
+    binds_outputs,
+    given_output,
+    output_binding,
+    register_tactic,
+)
 
 
 def _tail_runner(lc: LayerContext, head: Callable[[dict], None], consumed: int) -> Runner:
@@ -150,11 +158,11 @@ class CudnnConvTactic(Tactic):
         launch = tail.runner(config)
         conv_bias = None if tail.bias is not None else b
 
-        def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+        def run(inputs: list[torch.Tensor], out: list | None = None) -> list[torch.Tensor]:
             # applies() made inputs[0] the conv's input
             y = F.conv2d(inputs[0].contiguous(memory_format=fmt), w, conv_bias, *geometry)
-            return launch(y, inputs)
-        return run
+            return launch(y, inputs, out)
+        return binds_outputs(run, output_binding(launch))  # cuDNN allocates the conv output itself
 
 
 # -- matrix products: cuBLASLt with bias (+relu/gelu) epilogues ---------------------------------
@@ -234,25 +242,33 @@ class CublasLinearTactic(Tactic):
         k, n = w.shape
         use_gelu = act is not None and act.op_type == "Gelu"
 
-        def head(env):
-            x = env[x_name]
+        def gemm(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+            # The same cuBLAS(Lt) calls write into a given contiguous `out` (its [M, n] view).
             x2 = x.reshape(-1, k)
+            y = None if out is None else out.view(x2.shape[0], n)
             if b is None:
-                y = x2 @ w
+                y = torch.mm(x2, w, out=y)
             elif act is None:
-                y = torch.addmm(b, x2, w)
+                y = torch.addmm(b, x2, w, out=y)
             else:
-                y = torch._addmm_activation(b, x2, w, use_gelu=use_gelu)
-            env[last] = y.reshape(*x.shape[:-1], n)
+                y = torch._addmm_activation(b, x2, w, use_gelu=use_gelu, out=y)
+            return y.reshape(*x.shape[:-1], n) if out is None else out
+
         if triton_tail:
             launch = self._tail(lc).runner(config)
-            in_names = [v.name for v in lc.inputs]
 
-            def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-                env = dict(zip(in_names, inputs))
-                head(env)
-                return launch(env[last], inputs)
-            return run
+            def run(inputs: list[torch.Tensor], out: list | None = None) -> list[torch.Tensor]:
+                return launch(gemm(inputs[0]), inputs, out)  # _parts made inputs[0] the GEMM's input
+            return binds_outputs(run, output_binding(launch))
+        if consumed == len(lc.nodes) and [v.name for v in lc.outputs] == [last]:
+            shape, dtype = lc.shape(lc.outputs[0]), lc.outputs[0].type.dtype.torch
+
+            def whole(inputs: list[torch.Tensor], out: list | None = None) -> list[torch.Tensor]:
+                return [gemm(inputs[0], given_output(out, 0, shape, dtype))]
+            return binds_outputs(whole, [True])
+
+        def head(env):
+            env[last] = gemm(env[x_name])
         return _tail_runner(lc, head, consumed)
 
 

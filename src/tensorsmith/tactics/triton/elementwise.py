@@ -32,7 +32,14 @@ import torch
 import triton  # noqa: F401  (no triton, no tactic: tactics/__init__ skips this module)
 
 from ...ir import DType, Node, Value, broadcast_shapes
-from ..base import LayerContext, Runner, Tactic, register_tactic
+from ..base import (
+    LayerContext,
+    Runner,
+    Tactic,
+    binds_outputs,
+    output_or_empty,
+    register_tactic,
+)
 from .codegen import TL_DTYPE, emit_elementwise, register_dtype
 from .compile import load_kernel
 from .tiles import on_triton_device
@@ -46,7 +53,6 @@ _SUPPORTED = {DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16, DType.INT8, DType.IN
 
 _I32_LIMIT = 2**31 - 8192  # flat offsets (plus one BLOCK) beyond this need int64 index math
 _TO_NHWC = (0, 2, 3, 1)  # an NCHW tensor's dims in NHWC memory order
-_TO_NCHW = (0, 3, 1, 2)  # and back
 
 
 class Unsupported(Exception):
@@ -306,25 +312,27 @@ def _launcher(plan: _Plan, config: dict[str, Any], device: torch.device) -> Runn
     block = int(config.get("BLOCK", 1024))
     warps = int(config.get("num_warps", 4))
     grid = ((plan.numel + block - 1) // block,)
-    weights, numel, nhwc = plan.weights, plan.numel, plan.nhwc
-    out_specs = [(_nhwc_shape(s) if nhwc else s, dt) for s, dt in zip(plan.out_shapes, plan.out_dtypes)]
-    arrange = _as_nhwc if nhwc else _as_contiguous
+    weights, numel = plan.weights, plan.numel
+    out_specs = list(enumerate(zip(plan.out_shapes, plan.out_dtypes)))
+    # NHWC memory seen as NCHW is a channels-last tensor of the graph's shape.
+    fmt = torch.channels_last if plan.nhwc else torch.contiguous_format
+    arrange = _as_nhwc if plan.nhwc else _as_contiguous
 
-    def launch(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-        outs = [torch.empty(s, dtype=dt, device=device) for s, dt in out_specs]
+    def launch(inputs: list[torch.Tensor], out: list | None = None) -> list[torch.Tensor]:
+        outs = [output_or_empty(out, i, s, dt, device, fmt) for i, (s, dt) in out_specs]
         if numel:
             # Inputs in the kernel's order are views; others are copied (the only allocation
             # besides the outputs, normally none).
             kernel[grid](*[arrange(x) for x in inputs], *weights, *outs, BLOCK=block, num_warps=warps)
-        # NHWC memory seen as NCHW: a channels-last tensor of the graph's shape.
-        return [o.permute(*_TO_NCHW) for o in outs] if nhwc else outs
+        return outs
 
-    return launch
+    return binds_outputs(launch, [True] * len(out_specs))
 
 
 def make_runner(lc: LayerContext, nodes: list[Node], activations: list[Value], outs: list[Value],
                 config: dict[str, Any]) -> Runner:
-    """The runner of `plan_kernel(lc, nodes, activations, outs)`: inputs are the activations' tensors.
+    """The runner of `plan_kernel(lc, nodes, activations, outs)`: inputs are the activations' tensors;
+    it writes every output into a given `out` tensor of its layout (tactics/base.py).
 
     Config `channels_last` adds the NHWC kernel, which runs unless every input of the output's
     shape arrives NCHW-contiguous: a channels-last build keeps its images NHWC, while 4-D tensors
@@ -336,12 +344,12 @@ def make_runner(lc: LayerContext, nodes: list[Node], activations: list[Value], o
     full = lc.shape(outs[0])
     big = [i for i, v in enumerate(activations) if lc.shape(v) == full]
 
-    def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
+    def run(inputs: list[torch.Tensor], out: list | None = None) -> list[torch.Tensor]:
         if big and all(inputs[i].is_contiguous() for i in big):
-            return nchw(inputs)
-        return nhwc(inputs)
+            return nchw(inputs, out)
+        return nhwc(inputs, out)
 
-    return run
+    return binds_outputs(run, [True] * len(outs))
 
 
 def nhwc_applies(lc: LayerContext, nodes: list[Node], activations: list[Value], outs: list[Value]) -> bool:

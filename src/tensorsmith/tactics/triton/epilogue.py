@@ -24,11 +24,13 @@ from typing import Any
 import torch
 
 from ...ir import Node, TensorType, Value
-from ..base import LayerContext
+from ..base import LayerContext, binds_outputs
 from .elementwise import Unsupported, default_config, make_runner, plan_kernel
 from .tiles import on_triton_device
 
-TailRunner = Callable[[torch.Tensor, list[torch.Tensor]], list[torch.Tensor]]
+# run(y, inputs, out=None): see ConvTail.runner; `out` as a Runner's (tactics/base.py), one entry
+# per Layer output; the kernel writes all but `y` (marked with binds_outputs).
+TailRunner = Callable[..., list[torch.Tensor]]
 
 
 def _fits(shape: tuple[int, ...], out: tuple[int, ...]) -> bool:
@@ -47,12 +49,14 @@ def _tail_runner(tail, head: Value, config: dict[str, Any]) -> TailRunner:
     launch = make_runner(tail.lc, tail.nodes, tail.activations, tail.outs, config)
     picks = tail.picks
     layer_outs = [v is head for v in tail.lc.outputs]
+    kernel_outs = [i for i, is_head in enumerate(layer_outs) if not is_head]
 
-    def run(y: torch.Tensor, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-        results = iter(launch([y] + [inputs[i] for i in picks]))
+    def run(y: torch.Tensor, inputs: list[torch.Tensor], out: list | None = None) -> list[torch.Tensor]:
+        given = None if out is None else [out[i] for i in kernel_outs]
+        results = iter(launch([y] + [inputs[i] for i in picks], given))
         return [y if is_head else next(results) for is_head in layer_outs]
 
-    return run
+    return binds_outputs(run, [not is_head for is_head in layer_outs])
 
 
 def _bias(lc: LayerContext, conv: Node) -> Value | None:
@@ -115,7 +119,7 @@ class ConvTail:
         return {**default_config(self.lc.numel(self.conv_out)), "channels_last": channels_last}
 
     def runner(self, config: dict[str, Any]) -> TailRunner:
-        """`run(y, inputs)`: the Layer's outputs from the conv output `y` and the Layer's inputs."""
+        """`run(y, inputs, out=None)`: the Layer's outputs from the conv output `y` and the Layer's inputs."""
         return _tail_runner(self, self.conv_out, config)
 
 
@@ -144,7 +148,7 @@ class MatmulTail:
         return default_config(self.lc.numel(self.first))
 
     def runner(self, config: dict[str, Any]) -> TailRunner:
-        """`run(y, inputs)`: the Layer's outputs from the GEMM output `y` and the Layer's inputs."""
+        """`run(y, inputs, out=None)`: the Layer's outputs from the GEMM output `y` and the Layer's inputs."""
         return _tail_runner(self, self.first, config)
 
 

@@ -22,7 +22,14 @@ import triton
 
 from ...ir import DType, Node, Value
 from ...ops._util import normalize_axis
-from ..base import LayerContext, Runner, Tactic, register_tactic
+from ..base import (
+    LayerContext,
+    Runner,
+    Tactic,
+    binds_outputs,
+    output_or_empty,
+    register_tactic,
+)
 from .codegen import TL_DTYPE, emit_elementwise, register_dtype
 from .compile import load_kernel
 
@@ -591,13 +598,13 @@ class TritonNormTactic(Tactic):
         is_input = [kind == "input" for kind, _ in plan.args]
         shape, dtype, device = plan.out_shape, plan.out_dtype.torch, lc.device
 
-        def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-            out = torch.empty(shape, dtype=dtype, device=device)
+        def run(inputs: list[torch.Tensor], out: list | None = None) -> list[torch.Tensor]:
+            y = output_or_empty(out, 0, shape, dtype, device)
             args = [inputs[s] if inp else s for s, inp in zip(slots, is_input)]
-            kernel[grid](*args, out, num_warps=warps)
-            return [out]
+            kernel[grid](*args, y, num_warps=warps)
+            return [y]
 
-        return run
+        return binds_outputs(run, [True])
 
 
 TRITON_NORM = register_tactic(TritonNormTactic())

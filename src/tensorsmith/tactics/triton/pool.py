@@ -15,7 +15,14 @@ from typing import Any
 import torch
 import triton  # noqa: F401  (no triton, no tactic)
 
-from ..base import LayerContext, Runner, Tactic, register_tactic
+from ..base import (
+    LayerContext,
+    Runner,
+    Tactic,
+    binds_outputs,
+    output_or_empty,
+    register_tactic,
+)
 from ..torch_ops import _tail_runner
 from .compile import load_kernel
 from .tiles import on_triton_device
@@ -168,39 +175,45 @@ class TritonPool(Tactic):
         bc = int(config["BLOCK_C"])
         is_max = node.op_type in ("MaxPool", "GlobalMaxPool")
 
-        def empty_like_layout(x: torch.Tensor) -> torch.Tensor:
+        def output(x: torch.Tensor, out: list | None) -> torch.Tensor:
+            """The output in the input's memory format: `out[0]` when it is so, else a new one."""
             fmt = torch.channels_last if (not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last)) \
                 else torch.contiguous_format
-            return torch.empty(out_shape, dtype=dtype, device=device, memory_format=fmt)
+            return output_or_empty(out, 0, out_shape, dtype, device, fmt)
 
         if node.op_type.startswith("Global"):
             kernel = load_kernel(SOURCE, "ts_global_pool")
             bhw = int(config["BLOCK_HW"])
 
-            def head(env):
-                x = env[x_name]
+            def pool(x: torch.Tensor, out: list | None = None) -> torch.Tensor:
                 n, c, h, w = x.shape
-                y = empty_like_layout(x)
+                y = output(x, out)
                 kernel[(n, triton.cdiv(c, bc))](x, y, c, *x.stride(), y.stride(0), y.stride(1), W=w, HW=h * w,
                                                 IS_MAX=is_max, BLOCK_HW=bhw, BLOCK_C=bc, num_warps=warps)
-                env[out_name] = y
-            return _tail_runner(lc, head, 1)
+                return y
+        else:
+            kernel = load_kernel(SOURCE, "ts_pool2d")
+            geo = _geometry(node)
+            count_pad = bool(node.attrs.get("count_include_pad", 0))
+            bp = int(config["BLOCK_P"])
 
-        kernel = load_kernel(SOURCE, "ts_pool2d")
-        geo = _geometry(node)
-        count_pad = bool(node.attrs.get("count_include_pad", 0))
-        bp = int(config["BLOCK_P"])
+            def pool(x: torch.Tensor, out: list | None = None) -> torch.Tensor:
+                n, c, h, w = x.shape
+                y = output(x, out)
+                oh, ow = out_shape[2], out_shape[3]
+                p = n * oh * ow
+                kernel[(triton.cdiv(p, bp), triton.cdiv(c, bc))](
+                    x, y, c, h, w, oh, ow, p, *x.stride(), *y.stride(), **geo,
+                    IS_MAX=is_max, COUNT_PAD=count_pad, BLOCK_P=bp, BLOCK_C=bc, num_warps=warps)
+                return y
+
+        if len(lc.nodes) == 1 and [v.name for v in lc.outputs] == [out_name]:
+            def run(inputs: list[torch.Tensor], out: list | None = None) -> list[torch.Tensor]:
+                return [pool(inputs[0], out)]  # _pool_node made inputs[0] the pool's input
+            return binds_outputs(run, [True])
 
         def head(env):
-            x = env[x_name]
-            n, c, h, w = x.shape
-            y = empty_like_layout(x)
-            oh, ow = out_shape[2], out_shape[3]
-            p = n * oh * ow
-            kernel[(triton.cdiv(p, bp), triton.cdiv(c, bc))](
-                x, y, c, h, w, oh, ow, p, *x.stride(), *y.stride(), **geo,
-                IS_MAX=is_max, COUNT_PAD=count_pad, BLOCK_P=bp, BLOCK_C=bc, num_warps=warps)
-            env[out_name] = y
+            env[out_name] = pool(env[x_name])
         return _tail_runner(lc, head, 1)
 
 

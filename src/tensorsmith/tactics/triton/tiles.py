@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ...ir import DType, Node, Value
-from ..base import LayerContext, Runner
+from ..base import LayerContext, Runner, binds_outputs, output_or_empty
 from .codegen import TL_DTYPE, emit_elementwise, register_dtype
 
 DOT_DTYPES = {DType.FLOAT16, DType.BFLOAT16, DType.FLOAT32}
@@ -183,20 +183,21 @@ class Binding:
 
 
 def make_runner(lc: LayerContext, kernel, binding: Binding, grid: tuple[int, ...], consts: dict[str, Any]) -> Runner:
-    out_specs = [(lc.shape(v), v.type.dtype.torch) for v in lc.outputs]
+    """The runner of a compiled kernel; it writes its (contiguous) outputs into given `out` tensors."""
+    out_specs = list(enumerate((lc.shape(v), v.type.dtype.torch) for v in lc.outputs))
     device = lc.device
     slots = [("out", i) for i in range(len(out_specs))]
     slots += [(kind, x() if kind == "w" else x) for kind, x in binding.pointers]
     ints = list(binding.ints)
     launch = kernel[grid]
 
-    def run(inputs: list[torch.Tensor]) -> list[torch.Tensor]:
-        outs = [torch.empty(shape, dtype=dt, device=device) for shape, dt in out_specs]
+    def run(inputs: list[torch.Tensor], out: list | None = None) -> list[torch.Tensor]:
+        outs = [output_or_empty(out, i, shape, dt, device) for i, (shape, dt) in out_specs]
         args = [outs[x] if kind == "out" else inputs[x] if kind == "in" else x for kind, x in slots]
         launch(*args, *ints, **consts)
         return outs
 
-    return run
+    return binds_outputs(run, [True] * len(out_specs))
 
 
 def fit_block(block: int, size: int) -> int:
