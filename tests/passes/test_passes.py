@@ -299,3 +299,32 @@ def test_horizontal_fusion_leaves_a_lone_matmul():
 
     g, feeds = build(graphgen.linear, shape=(2, 5, graphgen.D))
     assert not matmul_horizontal_fusion(g)
+
+
+# -- layer grouping ----------------------------------------------------------------------------
+
+def _layer_ops(graph):
+    from tensorsmith.passes.layers import group_layers
+
+    group_layers(graph)
+    return [[n.op_type for n in layer.nodes] for layer in graph.layers]
+
+
+def _residual_block(pre_norm: bool):
+    def block(b, x):
+        y = b.op("Add", [b.op("MatMul", [x, b.rand((graphgen.D, graphgen.D))]), b.rand((graphgen.D,))])
+        s = b.op("Add", [x, y])
+        ln = b.op("LayerNormalization", [s, b.rand((graphgen.D,)), b.rand((graphgen.D,))], axis=-1)
+        return b.op("Add", [s, ln]) if pre_norm else ln
+    return block
+
+
+def test_a_post_norm_residual_goes_to_the_norm_not_the_matmul():
+    g, _ = build(_residual_block(pre_norm=False), shape=(2, 5, graphgen.D))
+    layers = _layer_ops(g)
+    assert layers[0] == ["MatMul", "Add"] and layers[1][:2] == ["Add", "LayerNormalization"]
+
+
+def test_a_residual_read_twice_stays_in_the_matmul_epilogue():
+    g, _ = build(_residual_block(pre_norm=True), shape=(2, 5, graphgen.D))
+    assert _layer_ops(g)[0] == ["MatMul", "Add", "Add"]

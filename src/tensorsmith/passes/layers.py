@@ -77,11 +77,22 @@ def _layer_name(nodes: list[Node]) -> str:
     return " + ".join(names)
 
 
+def _feeds_a_norm_only(graph: Graph, node: Node) -> bool:
+    """An Add of two activations whose only reader is a normalization: the residual of a post-norm
+    block (BERT's LayerNorm(x + sublayer(x))). As the norm's prologue it costs one more load in the
+    norm's pass; as a matmul's epilogue it costs cuBLAS a whole extra pass over the output."""
+    reader = _only_reader(graph, node.outputs[0])
+    return (node.op_type == "Add" and reader is not None and node_kind(reader) == "normalization"
+            and reader.inputs[0] is node.outputs[0] and not any(v.name in graph.initializers for v in node.inputs))
+
+
 def _grow_epilogue(graph: Graph, anchor: Node, owner: dict[int, Layer], layer: Layer) -> None:
     out = anchor.outputs[0]
     while True:
         user = _only_reader(graph, out)
         if user is None or id(user) in owner or node_kind(user) != "elementwise" or user.graph is not graph:
+            return
+        if layer.kind == "matmul" and _feeds_a_norm_only(graph, user):
             return
         if len(user.outputs) != 1 or not _same_shape(user.outputs[0], anchor.outputs[0]):
             return
