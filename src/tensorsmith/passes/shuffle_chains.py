@@ -122,28 +122,35 @@ def analyze_chain(x: Value, nodes: list[Node]) -> ChainForm | None:
     return form
 
 
-def emit_chain(graph: Graph, index: int, x: Value, form: ChainForm, sources: list[str]) -> tuple[Value, int]:
-    """Write `form` applied to `x` at `index`: Reshape to the atoms, Transpose, Reshape to the
-    output, each only when needed. Returns the result and the number of nodes written."""
-    v, count = x, 0
-
-    def put(op: str, inputs: list[Value], attrs: dict | None = None) -> Value:
-        nonlocal count
-        node = new_node(graph, index + count, op, inputs, attrs, sources=list(sources), name=op.lower())
-        count += 1
-        return node.outputs[0]
-
+def _steps(x: Value, form: ChainForm) -> list[tuple[str, list[int]]]:
+    """The canonical ops of `form` on `x`: ("Reshape", shape) to the atoms, ("Transpose", perm),
+    ("Reshape", shape) to the output, each only when it changes something."""
+    steps = []
     atom_shape = [form.sizes[a] for a in form.src]
     if _static(x) != atom_shape:
-        v = put("Reshape", [v, add_constant(graph, "shape", torch.tensor(atom_shape, dtype=torch.int64))])
+        steps.append(("Reshape", atom_shape))
     order = form.order()
     perm = [form.src.index(a) for a in order]
     if perm != sorted(perm):
-        v = put("Transpose", [v], {"perm": perm})
-    out = form.out_shape()
-    if [form.sizes[a] for a in order] != out:
-        v = put("Reshape", [v, add_constant(graph, "shape", torch.tensor(out, dtype=torch.int64))])
-    return v, count
+        steps.append(("Transpose", perm))
+    if [form.sizes[a] for a in order] != form.out_shape():
+        steps.append(("Reshape", form.out_shape()))
+    return steps
+
+
+def emit_chain(graph: Graph, index: int, x: Value, form: ChainForm, sources: list[str]) -> tuple[Value, int]:
+    """Write `form` applied to `x` at `index` (see `_steps`). Returns the result and the number
+    of nodes written."""
+    v = x
+    steps = _steps(x, form)
+    for i, (op, arg) in enumerate(steps):
+        if op == "Transpose":
+            node = new_node(graph, index + i, op, [v], {"perm": arg}, sources=list(sources), name="transpose")
+        else:
+            shape = add_constant(graph, "shape", torch.tensor(arg, dtype=torch.int64))
+            node = new_node(graph, index + i, op, [v, shape], sources=list(sources), name="reshape")
+        v = node.outputs[0]
+    return v, len(steps)
 
 
 def _chain_into(graph: Graph, v: Value) -> tuple[Value, list[Node]]:
@@ -184,22 +191,16 @@ def shuffle_chain_simplification(graph: Graph) -> bool:
         form = analyze_chain(x, nodes)
         if form is None:
             continue
-        if [form.src.index(a) for a in form.order()] == list(range(len(form.src))) and form.out_shape() == _static(x):
-            changed |= forward(graph, out, x)
-        elif _emitted_count(x, form) < len(nodes):
+        steps = _steps(x, form)
+        if form.out_shape() == _static(x) and not any(op == "Transpose" for op, _ in steps):
+            changed |= forward(graph, out, x)  # the chain undoes itself
+        elif len(steps) < len(nodes):
             new, _ = emit_chain(graph, graph.nodes.index(nodes[0]), x, form, _sources(nodes))
             changed |= forward(graph, out, new)
         else:
             continue
         remove_dead(graph, nodes)
     return changed
-
-
-def _emitted_count(x: Value, form: ChainForm) -> int:
-    order = form.order()
-    perm = [form.src.index(a) for a in order]
-    return (int(_static(x) != [form.sizes[a] for a in form.src]) + int(perm != sorted(perm))
-            + int([form.sizes[a] for a in order] != form.out_shape()))
 
 
 # -- row-wise ops ------------------------------------------------------------------------------
