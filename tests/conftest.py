@@ -57,3 +57,18 @@ def ort_run(model: onnx.ModelProto, feeds: dict) -> list[np.ndarray]:
 
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return sess.run(None, feeds)
+
+
+def assert_replay_matches_direct_call(runner, inputs: list) -> list:
+    """Capture one call of a tactic's `runner` in a CUDA graph (after a warm-up call that does
+    the lazy work capture forbids), replay it, and check it equals a direct call. Returns the
+    graph's outputs."""
+    runner(inputs)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = runner(inputs)
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out[0], runner(inputs)[0])
+    return out

@@ -19,7 +19,7 @@ from tensorsmith.tactics.triton import attention
 from tensorsmith.tuner import max_violation
 from tensorsmith.tuner.check import TOLERANCES
 
-from ..conftest import ort_run
+from ..conftest import assert_replay_matches_direct_call, ort_run
 from .test_triton_attention import (
     BOOL,
     FLASH,
@@ -311,12 +311,5 @@ def test_gpu_strided_runner_survives_cuda_graph_capture():
     by_name = dict(zip("qkv", _fused(b, s, (h, h, h), d, _dtype(lc, "q"), "cuda")))
     inputs = [by_name[v.name] for v in lc.inputs]
     runner = FLASH.build(lc, FLASH.configs(lc)[0])
-    runner(inputs)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = runner(inputs)
-    graph.replay()
-    torch.cuda.synchronize()
-    torch.testing.assert_close(out[0], runner(inputs)[0])
+    out = assert_replay_matches_direct_call(runner, inputs)
     assert out[0].transpose(1, 2).is_contiguous()

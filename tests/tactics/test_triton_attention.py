@@ -18,6 +18,8 @@ from tensorsmith.tactics.triton import attention, codegen  # noqa: F401
 from tensorsmith.testing.layers import check_tactic, layer_contexts
 from tensorsmith.tuner import max_violation, random_inputs
 
+from ..conftest import assert_replay_matches_direct_call
+
 FLASH = TACTICS["triton.flash_attention"]
 SDPA = TACTICS["torch.sdpa"]
 F, BOOL = TensorProto.FLOAT, TensorProto.BOOL
@@ -314,14 +316,7 @@ def test_gpu_runner_survives_cuda_graph_capture():
     inputs = random_inputs(lc)
     for tactic in (FLASH, SDPA):
         runner = tactic.compile(lc, tactic.configs(lc)[0])
-        runner(inputs)
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = runner(inputs)
-        graph.replay()
-        torch.cuda.synchronize()
-        torch.testing.assert_close(out[0], runner(inputs)[0])
+        assert_replay_matches_direct_call(runner, inputs)
 
 
 @pytest.mark.xfail(reason="failed on the H200 on 2026-11-23 (passes under the interpreter); cause not found yet",

@@ -15,6 +15,8 @@ from tensorsmith.tactics import TACTICS
 from tensorsmith.tactics.triton import conv
 from tensorsmith.testing.layers import check_tactic, layer_contexts
 
+from ..conftest import assert_replay_matches_direct_call
+
 CONV = TACTICS["triton.conv"]
 F = TensorProto.FLOAT
 
@@ -204,11 +206,4 @@ def test_gpu_conv_runner_survives_cuda_graph_capture():
                     {"x": (4, 64, 28, 28)}, "fp16", "cuda")
     runner = CONV.compile(lc, CONV.configs(lc)[0])
     x = torch.randn(4, 64, 28, 28, device="cuda", dtype=torch.float16)
-    runner([x])
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = runner([x])
-    graph.replay()
-    torch.cuda.synchronize()
-    torch.testing.assert_close(out[0], runner([x])[0])
+    assert_replay_matches_direct_call(runner, [x])

@@ -15,6 +15,8 @@ from tensorsmith.tactics import TACTICS
 from tensorsmith.tactics.triton import gemm
 from tensorsmith.testing.layers import check_tactic, layer_contexts
 
+from ..conftest import assert_replay_matches_direct_call
+
 GEMM = TACTICS["triton.gemm"]
 F = TensorProto.FLOAT
 
@@ -225,11 +227,4 @@ def test_gpu_runner_survives_cuda_graph_capture():
     lc = _matmul_layer(mlp("Relu", 512, 256, 512), {"x": (512, 256)}, "fp16", device="cuda")
     runner = GEMM.compile(lc, GEMM.configs(lc)[0])
     x = torch.randn(512, 256, device="cuda")
-    runner([x])
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = runner([x])
-    graph.replay()
-    torch.cuda.synchronize()
-    torch.testing.assert_close(out[0], runner([x])[0])
+    assert_replay_matches_direct_call(runner, [x])

@@ -113,9 +113,9 @@ def attention_recognition(graph: Graph) -> bool:
 _VIEW_OPS = ("Transpose", "Reshape", "Squeeze", "Unsqueeze")
 
 
-def _scalar_factor(graph: Graph, v: Value) -> tuple[Node, float] | None:
+def _scalar_factor(graph: Graph, v: Value) -> tuple[Node, Value, float] | None:
     """A Mul or Div by a positive scalar constant that `v` is read through (past single-reader
-    shuffles), as (node, factor on its result)."""
+    shuffles), as (node, its non-constant operand, factor on its result)."""
     while True:
         p = v.producer
         if p is None or p.domain or p.graph is not graph or len(v.users) != 1 or is_graph_output(graph, v):
@@ -132,7 +132,7 @@ def _scalar_factor(graph: Graph, v: Value) -> tuple[Node, float] | None:
             f = float(c.reshape(-1)[0])
             f = f if p.op_type == "Mul" else (1.0 / f if f else 0.0)
             if f > 0 and math.isfinite(f) and (p.outputs[0].type == p.inputs[i].type):
-                return p, f
+                return p, p.inputs[i], f
         return None
 
 
@@ -146,8 +146,7 @@ def attention_scale_folding(graph: Graph) -> bool:
             found = _scalar_factor(graph, node.inputs[k])
             if found is None:
                 continue
-            mul, factor = found
-            x = mul.inputs[0] if constant_value(graph, mul.inputs[1]) is not None else mul.inputs[1]
+            mul, x, factor = found
             graph.replace_all_uses(mul.outputs[0], x)
             remove_dead(graph, [mul])
             node.attrs["scale"] = float(node.attrs["scale"]) * factor

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ..ir import Graph, Layer, Node, Value
 from .manager import register_pass
+from .rewrite import source_names
 
 ELEMENTWISE = frozenset("""
 Abs Acos Acosh Asin Asinh Atan Atanh Ceil Cos Cosh Erf Exp Floor Log Neg Reciprocal Round Sign Sin
@@ -69,9 +70,7 @@ def _same_shape(a: Value, b: Value) -> bool:
 
 
 def _layer_name(nodes: list[Node]) -> str:
-    names: list[str] = []
-    for n in nodes:
-        names.extend(s for s in (n.sources or [n.name]) if s not in names)
+    names = source_names(nodes)
     if len(names) > 6:
         return " + ".join(names[:5]) + f" + ({len(names) - 5} more)"
     return " + ".join(names)

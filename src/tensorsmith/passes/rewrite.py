@@ -79,6 +79,14 @@ def replace_with_constant(graph: Graph, v: Value, tensor: torch.Tensor) -> None:
         graph.outputs = [c if o is v else o for o in graph.outputs]
 
 
+def source_names(nodes: list[Node]) -> list[str]:
+    """The model node names behind `nodes` (their sources, or their own names), first seen first."""
+    names: list[str] = []
+    for n in nodes:
+        names.extend(s for s in (n.sources or [n.name]) if s not in names)
+    return names
+
+
 def single_user(v: Value) -> Node | None:
     """The one node reading `v` (None if zero or several readers)."""
     return v.users[0][0] if len(v.users) == 1 else None

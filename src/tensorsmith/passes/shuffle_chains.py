@@ -24,7 +24,16 @@ import torch
 
 from ..ir import Graph, Node, Value
 from .manager import register_pass
-from .rewrite import add_constant, constant_value, forward, is_graph_output, new_node, remove_dead
+from .recognize import is_live
+from .rewrite import (
+    add_constant,
+    constant_value,
+    forward,
+    is_graph_output,
+    new_node,
+    remove_dead,
+    source_names,
+)
 
 CHAIN_OPS = frozenset(("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten"))
 ROWWISE_UNARY = frozenset(("Relu", "Gelu", "Erf", "Sigmoid", "Tanh", "Cast", "Neg", "Abs", "Sqrt", "Exp"))
@@ -167,19 +176,12 @@ def _chain_into(graph: Graph, v: Value) -> tuple[Value, list[Node]]:
     return v, nodes
 
 
-def _sources(nodes: list[Node]) -> list[str]:
-    out: list[str] = []
-    for n in nodes:
-        out.extend(s for s in (n.sources or [n.name]) if s not in out)
-    return out
-
-
 @register_pass("shuffle_chain_simplification", 2,
                "Reshape/Transpose/Squeeze/Unsqueeze/Flatten chains -> at most Reshape, Transpose, Reshape")
 def shuffle_chain_simplification(graph: Graph) -> bool:
     changed = False
     for node in list(graph.nodes):
-        if node not in graph.nodes or node.op_type not in CHAIN_OPS or node.domain or node.graph is not graph:
+        if node.op_type not in CHAIN_OPS or node.domain or node.graph is not graph or not is_live(graph, node):
             continue
         out = node.outputs[0]
         reader = out.users[0][0] if len(out.users) == 1 else None
@@ -195,7 +197,7 @@ def shuffle_chain_simplification(graph: Graph) -> bool:
         if form.out_shape() == _static(x) and not any(op == "Transpose" for op, _ in steps):
             changed |= forward(graph, out, x)  # the chain undoes itself
         elif len(steps) < len(nodes):
-            new, _ = emit_chain(graph, graph.nodes.index(nodes[0]), x, form, _sources(nodes))
+            new, _ = emit_chain(graph, graph.nodes.index(nodes[0]), x, form, source_names(nodes))
             changed |= forward(graph, out, new)
         else:
             continue
@@ -248,9 +250,7 @@ def _row_moving_chain(graph: Graph, a: Value) -> tuple[Value, list[Node], ChainF
 def rowwise_shuffle_sinking(graph: Graph) -> bool:
     changed = False
     for node in list(graph.nodes):
-        if node not in graph.nodes:
-            continue
-        i = _rowwise_operand(graph, node)
+        i = _rowwise_operand(graph, node) if is_live(graph, node) else None
         if i is None:
             continue
         a = node.inputs[i]
@@ -258,8 +258,7 @@ def rowwise_shuffle_sinking(graph: Graph) -> bool:
         if found is None:
             continue
         x, chain, form, rows = found
-        const = [constant_value(graph, v) for v in node.inputs if v is not a]
-        if node.op_type in ROWWISE_BINARY and const[0].dim() > len(rows) + 1:
+        if node.op_type in ROWWISE_BINARY and constant_value(graph, node.inputs[1 - i]).dim() > len(rows) + 1:
             continue  # the constant's rank would add dims to the op's output
         changed |= _sink(graph, node, i, x, chain, form, rows)
     return changed
@@ -267,7 +266,7 @@ def rowwise_shuffle_sinking(graph: Graph) -> bool:
 
 def _sink(graph: Graph, node: Node, i: int, x: Value, chain: list[Node], form: ChainForm, rows: list[int]) -> bool:
     index = graph.nodes.index(node)
-    sources = _sources(chain)
+    sources = source_names(chain)
     before = ChainForm(dict(form.sizes), list(form.src), [[r] for r in rows] + [form.dims[-1]])
     v, n = emit_chain(graph, index, x, before, sources)
     inputs = list(node.inputs)

@@ -59,6 +59,14 @@ def _tail_runner(tail, head: Value, config: dict[str, Any]) -> TailRunner:
     return binds_outputs(run, [not is_head for is_head in layer_outs])
 
 
+def _layer_inputs_read(lc: LayerContext, nodes: list[Node]) -> tuple[list[Value], list[int]]:
+    """The Layer inputs that `nodes` read, and their positions in the runner's inputs."""
+    read = {v.name for n in nodes for v in n.inputs if v is not None}
+    names = [x.name for x in lc.inputs]
+    others = [v for v in lc.inputs if v.name in read]
+    return others, [names.index(v.name) for v in others]
+
+
 def _bias(lc: LayerContext, conv: Node) -> Value | None:
     b = conv.inputs[2] if len(conv.inputs) > 2 else None
     return b if b is not None and lc.is_weight(b) else None
@@ -93,8 +101,7 @@ class ConvTail:
         shape = lc.shape(self.conv_out)
         if len(shape) != 4:
             raise Unsupported("not a 2-D convolution")
-        read = {v.name for n in self.nodes for v in n.inputs if v is not None}
-        others = [v for v in lc.inputs if v.name in read]
+        others, self.picks = _layer_inputs_read(lc, self.nodes)
         weights = {v.name: v for n in self.nodes for v in n.inputs if v is not None and lc.is_weight(v)}
         for v in others + list(weights.values()):
             if not _fits(lc.shape(v), shape):
@@ -103,7 +110,6 @@ class ConvTail:
         self.outs = [v for v in lc.outputs if v is not self.conv_out]
         if not self.outs or any(lc.shape(v) != shape for v in self.outs):
             raise Unsupported("a tail output does not have the conv output's shape")
-        self.picks = [[x.name for x in lc.inputs].index(v.name) for v in others]
         first = self.conv_out
         self.bias = _bias(lc, conv)
         if self.bias is not None and not any(v is self.conv_out for v in lc.outputs):
@@ -135,9 +141,7 @@ class MatmulTail:
         self.nodes = lc.nodes[consumed:]
         if not self.nodes:
             raise Unsupported("nothing after the GEMM")
-        read = {v.name for n in self.nodes for v in n.inputs if v is not None}
-        others = [v for v in lc.inputs if v.name in read]
-        self.picks = [[x.name for x in lc.inputs].index(v.name) for v in others]
+        others, self.picks = _layer_inputs_read(lc, self.nodes)
         self.outs = [v for v in lc.outputs if v is not first]
         if not self.outs:
             raise Unsupported("the tail computes no Layer output")
