@@ -78,6 +78,9 @@ class LayerContext:
     # The layout of 4-D activations across the engine: half-precision builds run convolutions
     # channels-last end to end, so a kernel that reads NCHW would pay a conversion each side.
     activation_layout: str = "contiguous"
+    # Strict builds (build(strict=True), `--strict`) compute exactly the Layer's ops at its
+    # precision: no tactic may swap in an approximation, however far below rounding it stays.
+    strict: bool = False
 
     def __post_init__(self):
         if not self.inputs:
@@ -117,6 +120,22 @@ def activation_layout_for(graph: Graph, dtype: torch.dtype) -> str:
     if dtype in (torch.float16, torch.bfloat16) and any(n.op_type == "Conv" for n in graph.nodes):
         return "channels_last"
     return "contiguous"
+
+
+def layer_dtype(layer: Layer, graph: Graph, default: torch.dtype) -> torch.dtype:
+    """The float precision a Layer computes in: that of its anchor's (else its first node's)
+    float outputs. A half build holds float32 Layers where precision overrides keep them so;
+    the builder and the loader both ask here, so a loaded engine compiles each Layer as tuned."""
+    nodes = ([layer.anchor] if layer.anchor is not None else []) + list(layer.nodes)
+    for node in nodes:
+        for v in node.outputs:
+            dt = v.type.dtype if v.type is not None else None
+            if dt is not None and dt.torch in _COMPUTE_DTYPES:
+                return dt.torch
+    return default
+
+
+_COMPUTE_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
 class Tactic:
