@@ -81,3 +81,37 @@ def test_gpu_matmul_tail_matches_the_reference(tail):
     assert T.applies(lc)
     config = next(c for c in T.configs(lc) if c.get("tail") == "triton")
     assert check_tactic(T, lc, config) <= 0
+
+
+def _gelu_configs(lc):
+    return [c for c in T.configs(lc) if c.get("gelu") == "tanh_approx"]
+
+
+def test_erf_gelu_runs_in_the_cublaslt_epilogue_only_at_half_precision_outside_strict_builds():
+    assert _gelu_configs(_layer(_model("gelu_erf"), "fp16")) == [{"gelu": "tanh_approx"}]
+    assert _gelu_configs(_layer(_model("gelu_erf"), "fp32")) == []
+    strict = _layer(_model("gelu_erf"), "fp16")
+    strict.strict = True
+    assert _gelu_configs(strict) == []
+    assert _gelu_configs(_layer(_model("residual"), "fp16")) == []  # no GELU after the bias
+
+
+def test_erf_gelu_in_the_epilogue_matches_the_reference():
+    lc = _layer(_model("gelu_erf"), "fp16")
+    assert check_tactic(T, lc, {"gelu": "tanh_approx"}) <= 0
+
+
+@pytest.mark.gpu
+def test_gpu_erf_gelu_in_the_epilogue_matches_erf_gelu_at_float16():
+    lc = _layer(_model("gelu_erf", shape=(4, 197, K)), "fp16", device="cuda")
+    assert T.applies(lc) and {"gelu": "tanh_approx"} in T.configs(lc)
+    assert check_tactic(T, lc, {"gelu": "tanh_approx"}) <= 0
+    x = torch.randn(4, 197, K, device="cuda").half()
+    mm, w, bias, act, consumed = T._parts(lc, erf_as_tanh=True)
+    assert act is not None and consumed == 3
+    b = lc.weight(bias)
+    (got,) = T.build(lc, {"gelu": "tanh_approx"})([torch.softmax(x.float(), -1).half()])
+    h = torch.softmax(x.float(), -1).half().float() @ w.float() + b.float()
+    want = torch.nn.functional.gelu(h)
+    # 4.7e-4 between the forms, plus float16 rounding of h and of the output
+    assert (got.float() - want).abs().max() <= 4.7e-4 + 2e-3 * (1 + want.abs().max())
