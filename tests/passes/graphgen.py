@@ -75,6 +75,13 @@ def residual(b: Builder, x: str) -> str:
     return b.op("Relu", [b.op("Add", [y, x])])
 
 
+def downsample_residual(b: Builder, x: str) -> str:
+    """A ResNet block's end after BatchNorm folding: two biased Convs meet in the residual Add."""
+    y = b.op("Conv", [x, b.rand((C, C, 3, 3), 0.2), b.rand((C,), 0.3)], pads=[1, 1, 1, 1])
+    shortcut = b.op("Conv", [x, b.rand((C, C, 1, 1), 0.3), b.rand((C,), 0.3)])
+    return b.op("Relu", [b.op("Add", [y, shortcut])])
+
+
 def noops(b: Builder, x: str) -> str:
     x = b.op("Identity", [x])
     x = b.op("Dropout", [x])
@@ -115,7 +122,7 @@ def silu(b: Builder, x: str) -> str:
 
 
 CNN_BLOCKS = [conv_bn, conv_scale_shift, relu, residual, noops, transpose_pair, concat_slice, shape_chain,
-              duplicate_branches, silu]
+              duplicate_branches, silu, downsample_residual]
 
 
 # -- sequence blocks on [B, S, D] -------------------------------------------------------------

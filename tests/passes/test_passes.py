@@ -9,10 +9,10 @@ import torch
 import tensorsmith
 from tensorsmith.errors import TensorsmithError
 from tensorsmith.ops.interpreter import run_graph
-from tensorsmith.passes import PASSES, run_passes
+from tensorsmith.passes import PASSES, group_layers, run_passes
 from tensorsmith.passes.cleanup import common_subexpression_elimination, dead_code_elimination, identity_elimination
 from tensorsmith.passes.constant_folding import constant_folding, shape_folding
-from tensorsmith.passes.fold_linear import batchnorm_folding, scale_shift_folding
+from tensorsmith.passes.fold_linear import batchnorm_folding, residual_bias_merging, scale_shift_folding
 from tensorsmith.passes.shuffle import concat_slice_elimination, transpose_cancellation, transpose_into_gemm
 
 from . import graphgen
@@ -130,6 +130,30 @@ def test_scale_that_broadcasts_the_output_is_not_folded():
         return b.op("Mul", [y, b.rand((3, 1, 1, 1, 1))])  # makes the result 5-D
     g, _ = build(block)
     assert not scale_shift_folding(g)
+
+
+def _conv_biases(graph):
+    return [n.inputs[2] if len(n.inputs) > 2 else None for n in graph.nodes if n.op_type == "Conv"]
+
+
+def test_residual_bias_merging_puts_both_biases_on_the_conv_that_takes_the_add():
+    g, feeds = build(graphgen.downsample_residual)
+    assert apply(g, feeds, residual_bias_merging) == ["Conv", "Conv", "Add", "Relu", "Identity"]
+    first, second = _conv_biases(g)
+    assert first is not None and second is None
+    group_layers(g)
+    (layer,) = [l for l in g.layers if any(n.op_type == "Add" for n in l.nodes)]
+    assert layer.anchor is next(n for n in g.nodes if n.op_type == "Conv" and n.inputs[2] is not None)
+
+
+def test_residual_bias_merging_leaves_a_conv_output_read_twice():
+    def block(b, x):
+        y = graphgen.downsample_residual(b, x)
+        shortcut = b.nodes[-3].output[0]  # the 1x1 Conv's output, read once more below
+        return b.op("Add", [y, shortcut])
+    g, feeds = build(block)
+    assert not residual_bias_merging(g)
+    assert all(bias is not None for bias in _conv_biases(g))
 
 
 def test_transpose_pair_cancels():

@@ -35,7 +35,7 @@ PIPELINE[:] = [
     "constant_folding", "shape_folding", "shape_inference",
     "transpose_cancellation", "transpose_into_gemm", "concat_slice_elimination",
     "gemm_to_matmul", "rowwise_shuffle_sinking", "shuffle_chain_simplification",
-    "batchnorm_folding", "scale_shift_folding",
+    "batchnorm_folding", "scale_shift_folding", "residual_bias_merging",
     "gelu_recognition", "silu_recognition", "softmax_recognition", "layernorm_recognition",
     "rmsnorm_recognition", "attention_recognition", "attention_scale_folding", "matmul_horizontal_fusion",
     "layer_fusion",

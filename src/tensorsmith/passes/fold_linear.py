@@ -188,3 +188,48 @@ def scale_shift_folding(graph: Graph) -> bool:
             changed = True
             break
     return changed
+
+
+def _biased_conv_into(graph: Graph, v: Value | None, add: Node) -> Node | None:
+    """The Conv producing `v` if `add` is its only reader and its weight and bias are constants."""
+    conv = v.producer if v is not None else None
+    if conv is None or conv.op_type != "Conv" or conv.domain or conv.graph is not graph:
+        return None
+    if single_user(v) is not add or is_graph_output(graph, v) or constant_value(graph, conv.inputs[1]) is None:
+        return None
+    b = conv.inputs[2] if len(conv.inputs) > 2 else None
+    return conv if b is None or constant_value(graph, b) is not None else None
+
+
+@register_pass("residual_bias_merging", 2,
+               "Add(Conv(x) + b1, Conv(y) + b2): one Conv carries b1 + b2, so the other needs no bias pass")
+def residual_bias_merging(graph: Graph) -> bool:
+    """A residual Add of two biased Convs (a ResNet block's last conv and its downsample conv,
+    after BatchNorm folding) needs one bias, not two. cuDNN applies a bias for free only where it
+    fuses the epilogue (conv + bias + add + relu); elsewhere PyTorch adds it in a pass of its own
+    over the output. Layer grouping (passes/layers.py) gives the Add to the Conv that comes first
+    in node order, so that Conv takes both biases and the other one keeps none."""
+    changed = False
+    for add in list(graph.nodes):
+        if add.op_type != "Add" or add.domain or add.graph is not graph or len(add.inputs) != 2:
+            continue
+        convs = [_biased_conv_into(graph, v, add) for v in add.inputs]
+        if None in convs or convs[0] is convs[1]:
+            continue
+        shapes = [c.outputs[0].type.shape if c.outputs[0].type is not None else None for c in convs]
+        if shapes[0] is None or shapes[0] != shapes[1] or shapes[0] != (add.outputs[0].type.shape if add.outputs[0].type else None):
+            continue
+        order = {id(n): i for i, n in enumerate(graph.nodes)}
+        keep, drop = sorted(convs, key=lambda n: order[id(n)])
+        w = constant_value(graph, keep.inputs[1])
+        if len(drop.inputs) < 3 or drop.inputs[2] is None or constant_value(graph, drop.inputs[1]).dtype != w.dtype:
+            continue
+        channels = w.shape[0]
+        dropped = _bias_of(drop, channels, w.dtype)
+        merged = _bias_of(keep, channels, w.dtype).double() + dropped.double()
+        while len(keep.inputs) < 3:
+            keep._add_input(None)
+        keep.set_input(2, add_constant(graph, f"{keep.name}_bias", merged.to(w.dtype)))
+        drop.set_input(2, None)
+        changed = True
+    return changed
