@@ -10,12 +10,12 @@ import torch
 
 from .engine import LayerPlan, Plan
 from .engine.weights import place_weights
-from .errors import TensorsmithError
+from .errors import PrecisionError, TensorsmithError
 from .frontends import import_onnx
 from .ir import DType, Graph, TensorType, verify
 from .ops.inference import infer_graph
 from .passes import DEFAULT_OPT_LEVEL, check_pass_options, group_layers, run_passes
-from .passes.precision import convert_precision
+from .passes.precision import convert_precision, parse_layer_precisions
 from .engine.profile import parse_profiles
 from .runtime import Engine
 from .runtime.refit import weight_record
@@ -25,7 +25,7 @@ TARGETS = ("cpu", "cuda")
 PRECISIONS = {"fp32": None, "tf32": None, "fp16": DType.FLOAT16, "bf16": DType.BFLOAT16}
 log = logging.getLogger("tensorsmith.build")
 # Passes that replace weights by new ones computed from them: off when building refittable.
-REFIT_UNSAFE_PASSES = ("batchnorm_folding", "scale_shift_folding")
+REFIT_UNSAFE_PASSES = ("batchnorm_folding", "scale_shift_folding", "residual_bias_merging")
 
 
 def build(
@@ -41,6 +41,8 @@ def build(
     cuda_graphs: bool = True,
     profiles: Iterable[Mapping[str, Any]] | None = None,
     refittable: bool = False,
+    layer_precisions: Mapping[str, str] | None = None,
+    strict: bool = False,
 ) -> Engine:
     """Build an Engine from an ONNX path, bytes, onnx.ModelProto or an IR Graph.
 
@@ -49,6 +51,13 @@ def build(
     - `opt_level` (0..5) selects the graph passes (0 changes nothing numerically); any pass can
       be switched off by name with `disable_passes` (see `tensorsmith.passes.describe_passes()`).
     - `precision`: "fp32", "tf32" (float32 with TF32 matrix math), "fp16" or "bf16" (GPU).
+    - `layer_precisions`: per-Layer overrides, {glob pattern: "fp32" | "fp16" | "bf16"}, e.g.
+      {"*LayerNorm*": "fp32"} in an fp16 build. A pattern (fnmatch, case-sensitive) matches a node
+      by its name or by a model node name it absorbed; the last matching pattern wins. Casts are
+      inserted where values cross precisions (see tensorsmith.passes.precision).
+    - `strict`: tactics compute exactly the Layer's ops at its precision (no approximations such
+      as a tanh GELU for an erf GELU), and a `layer_precisions` pattern that matches no node is an
+      error rather than a warning.
     - `input_shapes`: concrete shapes for inputs with symbolic dims (the GPU target tunes at
       concrete shapes), e.g. {"x": (32, 3, 224, 224)}.
     - `timing_cache`: a path (or TimingCache) whose entries skip tuning for Layers seen before.
@@ -63,9 +72,14 @@ def build(
     if target not in TARGETS:
         raise TensorsmithError(f"unknown target '{target}'; choose one of {list(TARGETS)}")
     if precision not in PRECISIONS:
-        raise TensorsmithError(f"unknown precision '{precision}'; choose one of {list(PRECISIONS)}")
+        raise PrecisionError(f"unknown precision '{precision}'; choose one of {list(PRECISIONS)}")
     if target == "cpu" and precision != "fp32":
-        raise TensorsmithError(f"precision '{precision}' needs target='cuda'; the CPU target runs fp32")
+        raise PrecisionError(f"precision '{precision}' needs target='cuda'; the CPU target runs fp32")
+    layer_precisions = dict(layer_precisions or {})
+    for pattern, dtype in parse_layer_precisions(layer_precisions).items():
+        if target == "cpu" and dtype is not DType.FLOAT32:
+            raise PrecisionError(f"layer_precisions['{pattern}'] = '{layer_precisions[pattern]}' needs target='cuda'; "
+                                 "the CPU target runs fp32 (drop the override, or build for cuda)")
     if target == "cuda" and not torch.cuda.is_available():
         raise TensorsmithError("target 'cuda' needs a CUDA GPU and a CUDA build of torch; use target='cpu'")
     disable_passes = list(disable_passes)
@@ -86,14 +100,15 @@ def build(
         log.debug("pass %-34s %3d changes %7.1f ms", run.name, run.changes, run.seconds * 1e3)
     weights = weight_record(graph, originals)
     half = PRECISIONS[precision]
-    if half is not None:
-        convert_precision(graph, half)
+    if half is not None or layer_precisions:
+        copies = convert_precision(graph, half or DType.FLOAT32, layer_precisions, strict)
+        _not_refittable(weights, copies)
         graph.layers = None
     if graph.layers is None:
         group_layers(graph, fuse=opt_level >= 3 and "layer_fusion" not in disable_passes)
     verify(graph)
     log.info("optimized %d nodes into %d nodes in %d layers", nodes_before, len(graph.nodes), len(graph.layers))
-    plan = Plan.from_graph(graph, target, precision)
+    plan = Plan.from_graph(graph, target, precision, strict, layer_precisions)
     if target == "cpu":
         return Engine(plan, profiles=profiles, refittable=weights)
     from .tuner import TimingCache
@@ -105,7 +120,8 @@ def build(
             tuned_graph, profile_layers, prebuilt = _plan_profiles(graph, plan, profiles, precision, cache, workspace, tune)
             plan.layers, runners = profile_layers[0], None
         else:
-            plan.layers, runners = plan_layers(graph, torch.device("cuda"), precision, cache, workspace, tune)
+            plan.layers, runners = plan_layers(graph, torch.device("cuda"), precision, cache, workspace, tune,
+                                               strict=strict)
     if cache is not None:
         cache.save()
     from .engine.memory import plan_memory
@@ -135,13 +151,20 @@ def _plan_profiles(graph: Graph, plan: Plan, profiles, precision: str, cache, wo
         shapes = p.opt_shapes(plan.inputs)
         g = specialize_graph(graph, shapes)
         log.info("profile %d: tuning at %s", i, shapes)
-        layers, runners = plan_layers(g, device, precision, cache, workspace, tune, allowed)
+        layers, runners = plan_layers(g, device, precision, cache, workspace, tune, allowed, plan.strict)
         profile_layers.append(layers)
         prebuilt[(i, shape_key(shapes))] = runners
         first = first or g
     for layer, lp in zip(graph.layers, profile_layers[0]):
         layer.attrs.update(tactic=lp.tactic, config=lp.config)
     return first, profile_layers, prebuilt
+
+
+def _not_refittable(record: dict, copies: dict[str, list[str]]) -> None:
+    """A weight stored in two precisions cannot be refit: the refitter replaces one tensor by name."""
+    for name in copies:
+        if record["weights"].pop(name, None) is not None:
+            record["folded"] = sorted({*record["folded"], name})
 
 
 class _matmul_precision:
@@ -180,10 +203,14 @@ def specialize_shapes(graph: Graph, input_shapes: Mapping[str, Iterable[int]]) -
 
 
 def plan_layers(graph: Graph, device: torch.device, precision: str = "fp32", cache=None,
-                workspace: int | None = None, tune: bool = True, allowed: set[str] | None = None):
-    """Choose a tactic for each Layer of a grouped graph; returns (LayerPlans, runners)."""
+                workspace: int | None = None, tune: bool = True, allowed: set[str] | None = None,
+                strict: bool = False):
+    """Choose a tactic for each Layer of a grouped graph; returns (LayerPlans, runners).
+
+    Each Layer is tuned at its own precision (tactics.base.layer_dtype: a half build holds float32
+    Layers where overrides keep them so); `strict` keeps approximate tactics out."""
     from .tactics import LayerContext
-    from .tactics.base import activation_layout_for
+    from .tactics.base import activation_layout_for, layer_dtype
     from .tuner import choose_tactic
 
     half = PRECISIONS[precision]
@@ -196,7 +223,8 @@ def plan_layers(graph: Graph, device: torch.device, precision: str = "fp32", cac
     t0 = time.perf_counter()
     for i, layer in enumerate(graph.layers):
         layer_weights = {v.name: weights[v.name] for v in layer.weights(graph)}
-        lc = LayerContext(layer, graph, layer_weights, device, dtype, activation_layout=layout)
+        lc = LayerContext(layer, graph, layer_weights, device, layer_dtype(layer, graph, dtype),
+                          activation_layout=layout, strict=strict)
         choice = choose_tactic(lc, cache=cache, workspace_limit=workspace, allowed=allowed, tune=tune,
                                input_formats=[formats.get(v.name, "contiguous") for v in lc.inputs])
         formats.update((v.name, f) for v, f in zip(lc.outputs, choice.output_formats))

@@ -122,5 +122,10 @@ class ShapeOutOfProfileError(InputError):
         super().__init__(f"input '{name}' has shape {list(shape)}, outside {ranges}; {fix}", name)
 
 
+class PrecisionError(TensorsmithError):
+    """A precision the build cannot honor: an unknown name, half precision on the CPU target, or a
+    per-Layer override (layer_precisions, `--layer-precision`) whose pattern matches no node."""
+
+
 class RefitError(TensorsmithError):
     """New weights cannot replace the engine's (unknown or folded name, other shape or dtype)."""

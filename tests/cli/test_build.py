@@ -52,6 +52,26 @@ def test_disable_pass_reaches_the_builder(tsm, mlp_path, monkeypatch):
     assert seen["workspace"] == 64 * 2**20 and seen["precision"] == "fp32" and seen["target"] == "cpu"
 
 
+def test_layer_precision_and_strict_reach_the_builder(tsm, mlp_path, monkeypatch):
+    import tensorsmith.builder
+
+    seen = {}
+    real = tensorsmith.builder.build
+
+    def spy(model, **kw):
+        seen.update(kw)
+        return real(model, **kw)
+
+    monkeypatch.setattr(tensorsmith.builder, "build", spy)
+    out = mlp_path.parent / "strict.tsmith"
+    r = tsm("build", mlp_path, "-o", out, "--target", "cpu", "--layer-precision", "fc*=fp32",
+            "--layer-precision", "relu1=FP32", "--strict")
+    assert r.exit_code == 0, r.stderr
+    assert seen["layer_precisions"] == {"fc*": "fp32", "relu1": "fp32"} and seen["strict"] is True
+    engine = tensorsmith.load(str(out))
+    assert engine.plan.strict and engine.plan.layer_precisions == {"fc*": "fp32", "relu1": "fp32"}
+
+
 @pytest.mark.parametrize("args, message", [
     (["--int8"], "INT8 is not supported yet (quantization lands later)"),
     (["--fp16", "--bf16"], "choose one precision"),
@@ -62,6 +82,11 @@ def test_disable_pass_reaches_the_builder(tsm, mlp_path, monkeypatch):
     (["--shapes", "y:1x4", "--target", "cpu"], "'y'"),
     (["--min-shapes", "x:1x4", "--max-shapes", "x:8x4"], "--opt-shapes"),
     (["--shapes", "x:2x4", "--min-shapes", "x:1x4", "--opt-shapes", "x:2x4", "--max-shapes", "x:8x4"], "not both"),
+    (["--layer-precision", "fc1"], "'--layer-precision': 'fc1' is not PATTERN=PRECISION"),
+    (["--layer-precision", "=fp32"], "'--layer-precision'"),
+    (["--layer-precision", "fc1=fp8"], "unknown precision 'fp8'; choose one of fp32, fp16, bf16"),
+    (["--layer-precision", "fc1=fp16", "--target", "cpu"], "needs target='cuda'"),
+    (["--layer-precision", "nope*=fp32", "--strict", "--target", "cpu"], "'nope*' matches no node"),
 ])
 def test_bad_arguments_exit_2_with_one_line(tsm, mlp_path, args, message):
     r = tsm("build", mlp_path, *args)
@@ -85,6 +110,12 @@ def test_garbage_model(tsm, tmp_path):
 def test_building_an_engine_file_is_refused(tsm, engine_path):
     r = tsm("build", engine_path)
     assert r.exit_code == 2 and "already a built engine" in r.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "inspect", "bench"])
+def test_precision_flags_are_refused_for_an_engine_file(tsm, engine_path, command):
+    r = tsm(command, engine_path, "--layer-precision", "fc*=fp32", "--strict")
+    assert r.exit_code == 2 and "build options (--layer-precision, --strict) apply to ONNX models only" in r.stderr
 
 
 def test_progress_line_shows_layer_i_of_n_and_time():

@@ -28,6 +28,19 @@ def test_inspect_json(tsm, mlp_path):
     assert data["memory"]["activation_arena_bytes"] > 0
 
 
+def test_inspect_shows_strict_and_layer_precisions(tsm, mlp_path, tmp_path):
+    out = tmp_path / "strict.tsmith"
+    r = tsm("build", mlp_path, "-o", out, "--target", "cpu", "--layer-precision", "fc*=fp32", "--strict")
+    assert r.exit_code == 0, r.stderr
+    r = tsm("inspect", out)
+    assert r.exit_code == 0, r.stderr
+    assert "for cpu, fp32, strict)" in r.stdout and "layer precisions: fc*=fp32" in r.stdout
+    data = json.loads(tsm("inspect", out, "--json").stdout)
+    assert data["strict"] is True and data["layer_precisions"] == {"fc*": "fp32"}
+    plain = json.loads(tsm("inspect", mlp_path, "--target", "cpu", "--json").stdout)
+    assert plain["strict"] is False and plain["layer_precisions"] == {}
+
+
 def test_inspect_an_engine_file(tsm, engine_path):
     r = tsm("inspect", engine_path, "--json")
     assert r.exit_code == 0, r.stderr

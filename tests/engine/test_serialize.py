@@ -93,6 +93,29 @@ def test_manifest_records_versions_target_io_profiles(mlp_blob):
     assert loaded.profiles == engine.profiles
 
 
+def test_strict_and_layer_precisions_round_trip():
+    overrides = {"fc*": "fp32", "relu1": "fp32"}
+    engine = tensorsmith.build(make_mlp_model(), layer_precisions=overrides, strict=True)
+    manifest, _ = split(engine.serialize())
+    assert manifest["strict"] is True and manifest["layer_precisions"] == overrides
+    loaded = RT.deserialize(engine.serialize())
+    assert loaded.plan.strict and list(loaded.plan.layer_precisions.items()) == list(overrides.items())
+
+
+def test_a_file_from_before_strict_and_overrides_loads_as_non_strict(mlp_blob):
+    def drop(m):
+        del m["strict"], m["layer_precisions"]
+    loaded = RT.deserialize(edit(mlp_blob, drop))
+    assert not loaded.plan.strict and loaded.plan.layer_precisions == {}
+
+
+@pytest.mark.parametrize("field, value", [("strict", "yes"), ("layer_precisions", ["fc1", "fp32"]),
+                                          ("layer_precisions", {"fc1": 32})])
+def test_malformed_precision_settings_are_typed(mlp_blob, field, value):
+    with pytest.raises(EngineCorruptError, match=f"malformed.*'{field}'"):
+        RT.deserialize(edit(mlp_blob, lambda m: m.update({field: value})))
+
+
 def test_not_an_engine_file(mlp_blob):
     with pytest.raises(EngineFormatError, match="not a tensorsmith engine file.*tensorsmith.build"):
         RT.deserialize(make_mlp_model().SerializeToString())

@@ -78,6 +78,11 @@ def test_timing_cache_round_trip(tmp_path, extra_tactics):
     other = TimingCache(path)
     choose_tactic(layer_contexts(conv_bn_relu_model(), input_shapes={"x": (4, 3, 8, 8)})[0], cache=other)
     assert other.misses == 1
+    # a strict build does not reuse a non-strict build's choices (they may approximate)
+    strict = layer_contexts(conv_bn_relu_model(), input_shapes={"x": (2, 3, 8, 8)})[0]
+    strict.strict = True
+    choose_tactic(strict, cache=other)
+    assert other.misses == 2
 
 
 def test_corrupt_timing_cache_is_a_typed_error(tmp_path):

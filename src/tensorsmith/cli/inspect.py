@@ -57,6 +57,8 @@ def describe(engine, model: str, before=None) -> dict:
         "kind": "onnx" if before is not None else "engine",
         "target": engine.target,
         "precision": engine.plan.precision,
+        "strict": engine.plan.strict,
+        "layer_precisions": dict(engine.plan.layer_precisions),
         "inputs": [_io(s) for s in engine.inputs],
         "outputs": [_io(s) for s in engine.outputs],
         "nodes": {"before": len(before.nodes) if before is not None else None, "after": len(graph.nodes),
@@ -97,8 +99,12 @@ def _shape(shape) -> str:
 
 
 def render(info: dict) -> str:
+    strict = ", strict" if info.get("strict") else ""
     out = [f"model: {info['model']} ({'ONNX model, built' if info['kind'] == 'onnx' else 'engine file'}"
-           f" for {info['target']}, {info['precision']})", ""]
+           f" for {info['target']}, {info['precision']}{strict})"]
+    if info.get("layer_precisions"):
+        out.append("layer precisions: " + ", ".join(f"{p}={v}" for p, v in info["layer_precisions"].items()))
+    out.append("")
     out.append(table(["", "name", "dtype", "shape"],
                      [["input", s["name"], s["dtype"], _shape(s["shape"])] for s in info["inputs"]]
                      + [["output", s["name"], s["dtype"], _shape(s["shape"])] for s in info["outputs"]], align="llll"))

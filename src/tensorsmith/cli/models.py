@@ -32,11 +32,14 @@ class BuildOptions:
     profiles: list[dict] | None = None
     workspace: int | None = None  # bytes
     timing_cache: str | None = None
+    layer_precisions: dict[str, str] = field(default_factory=dict)  # {pattern: "fp32" | "fp16" | "bf16"}
+    strict: bool = False
     given: list[str] = field(default_factory=list)  # the flags the user set, to reject them for engine files
 
     def kwargs(self) -> dict:
         kw = dict(target=self.target, precision=self.precision, disable_passes=self.disable_passes,
-                  input_shapes=self.input_shapes or None, workspace=self.workspace, timing_cache=self.timing_cache)
+                  input_shapes=self.input_shapes or None, workspace=self.workspace, timing_cache=self.timing_cache,
+                  layer_precisions=self.layer_precisions or None, strict=self.strict)
         if self.opt_level is not None:
             kw["opt_level"] = self.opt_level
         if self.profiles:
@@ -51,6 +54,25 @@ def precision_options(fn):
     return fn
 
 
+def layer_precision_callback(ctx: click.Context, param: click.Parameter, values) -> dict[str, str]:
+    """`--layer-precision PATTERN=PREC` (repeatable) -> {pattern: precision}, in the order given."""
+    from ..passes.precision import LAYER_PRECISIONS
+
+    out: dict[str, str] = {}
+    for text in values or ():
+        pattern, sep, name = text.rpartition("=")
+        pattern, name = pattern.strip(), name.strip().lower()
+        if not sep or not pattern:
+            raise click.BadParameter(f"'{text}' is not PATTERN=PRECISION (e.g. '*LayerNorm*=fp32')",
+                                     ctx=ctx, param=param)
+        if name not in LAYER_PRECISIONS:
+            raise click.BadParameter(f"'{text}': unknown precision '{name}'; choose one of "
+                                     f"{', '.join(LAYER_PRECISIONS)}", ctx=ctx, param=param)
+        out.pop(pattern, None)  # given again: the later one wins, and its place among the patterns too
+        out[pattern] = name
+    return out
+
+
 def build_options(fn):
     """The builder's options, as trtexec spells them (collected by `BuildOptions.from_params`)."""
     from ..passes import MAX_OPT_LEVEL
@@ -59,6 +81,14 @@ def build_options(fn):
         click.option("--target", type=click.Choice(["cpu", "cuda"]), default=None,
                      help="Device to build for [default: cuda when a GPU is present, else cpu]."),
         precision_options,
+        click.option("--layer-precision", multiple=True, callback=layer_precision_callback, metavar="PATTERN=PREC",
+                     help="Run the nodes matching PATTERN (a glob over node names and the model node names they "
+                          "absorbed, e.g. '*LayerNorm*=fp32') in PREC: fp32, fp16 or bf16 (repeatable; the last "
+                          "matching pattern wins). Casts are added where values cross precisions."),
+        click.option("--strict", is_flag=True,
+                     help="Strict precision: no tactic may substitute an approximation (such as a tanh GELU for an "
+                          "erf GELU in half precision), and a --layer-precision pattern that matches no node is an "
+                          "error."),
         click.option("--opt-level", type=click.IntRange(0, MAX_OPT_LEVEL), default=None,
                      help=f"Graph optimization level 0..{MAX_OPT_LEVEL} [default: 3]; 0 changes nothing numerically."),
         click.option("--disable-pass", "disable_passes", multiple=True, metavar="NAME",
@@ -75,8 +105,8 @@ def build_options(fn):
     return fn
 
 
-BUILD_PARAMS = ("target", "fp16", "bf16", "tf32", "int8", "opt_level", "disable_passes", "shapes", "workspace",
-                "timing_cache", "min_shapes", "opt_shapes", "max_shapes")
+BUILD_PARAMS = ("target", "fp16", "bf16", "tf32", "int8", "layer_precision", "strict", "opt_level", "disable_passes",
+                "shapes", "workspace", "timing_cache", "min_shapes", "opt_shapes", "max_shapes")
 
 
 def options_from_params(ctx: click.Context, params: dict) -> BuildOptions:
@@ -100,6 +130,8 @@ def options_from_params(ctx: click.Context, params: dict) -> BuildOptions:
         input_shapes=dict(values.get("shapes") or {}),
         workspace=None if ws is None else int(ws * 2**20),
         timing_cache=values.get("timing_cache"),
+        layer_precisions=dict(values.get("layer_precision") or {}),
+        strict=bool(values.get("strict")),
         given=given,
     )
 

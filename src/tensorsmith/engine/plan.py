@@ -39,9 +39,13 @@ class Plan:
     layers: list[LayerPlan] = field(default_factory=list)  # empty on the CPU target (op by op)
     precision: str = "fp32"
     memory: dict = field(default_factory=dict)  # MemoryPlan.summary() of a plan of Layers
+    strict: bool = False  # build(strict=True): no approximate tactics, every override must match
+    layer_precisions: dict[str, str] = field(default_factory=dict)  # per-Layer overrides, {pattern: "fp16"...}
 
     @staticmethod
-    def from_graph(graph: Graph, target: str, precision: str = "fp32") -> "Plan":
+    def from_graph(graph: Graph, target: str, precision: str = "fp32", strict: bool = False,
+                   layer_precisions: dict[str, str] | None = None) -> "Plan":
         ins = [IOTensor(v.name, v.type or TensorType(None, None)) for v in graph.inputs]
         outs = [IOTensor(v.name, v.type or TensorType(None, None)) for v in graph.outputs]
-        return Plan(graph, target, ins, outs, precision=precision)
+        return Plan(graph, target, ins, outs, precision=precision, strict=strict,
+                    layer_precisions=dict(layer_precisions or {}))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from ..ir import Graph, Value
+from ..ir import DType, Graph, Value
 
 
 @dataclass
@@ -71,10 +71,16 @@ class LayerReport:
 
 
 def layer_report(graph: Graph, tactic_of=lambda layer: "reference") -> LayerReport:
+    """`precision` is the float type a Layer computes in (its outputs may be cast to another one:
+    a float32 override in a half build), else its outputs' types."""
+    from ..tactics.base import layer_dtype
+
     rows = []
     for i, layer in enumerate(graph.layers or []):
         outs = layer.outputs(graph)
-        precision = ",".join(sorted({str(v.type.dtype) for v in outs if v.type and v.type.dtype})) or "?"
+        compute = layer_dtype(layer, graph, None)
+        precision = str(DType.from_torch(compute)) if compute is not None else \
+            ",".join(sorted({str(v.type.dtype) for v in outs if v.type and v.type.dtype})) or "?"
         rows.append(LayerInfo(
             index=i, name=layer.name, kind=layer.kind, ops=[n.op_type for n in layer.nodes],
             sources=layer.sources, inputs=[TensorInfo.of(v) for v in layer.inputs(graph)],

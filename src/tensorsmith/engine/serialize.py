@@ -95,6 +95,8 @@ def dump_engine(data: EngineData) -> bytes:
         "producer": environment(),
         "target": target_of(plan),
         "precision": plan.precision,
+        "strict": plan.strict,
+        "layer_precisions": dict(plan.layer_precisions),
         "inputs": [{"name": s.name, "type": encode_type(s.type)} for s in plan.inputs],
         "outputs": [{"name": s.name, "type": encode_type(s.type)} for s in plan.outputs],
         "profiles": [p.to_data() for p in data.profiles],
@@ -189,7 +191,7 @@ def _decode(manifest: dict, tensors: dict[str, torch.Tensor]) -> EngineData:
             [s.name for s in outputs] != [v.name for v in graph.outputs]:
         raise ValueError("the I/O tensors do not match the graph's inputs and outputs")
     plan = Plan(graph, kind, inputs, outputs, [_layer_plan(d) for d in manifest["layers"]],
-                precision=str(manifest["precision"]))
+                precision=str(manifest["precision"]), **_precision_settings(manifest))
     profiles = [OptimizationProfile.from_data(p, inputs, i) for i, p in enumerate(manifest["profiles"])]
     profile_layers = [[_layer_plan(d) for d in lps] for lps in manifest["profile_layers"]]
     refittable = manifest.get("refittable")
@@ -200,6 +202,18 @@ def _decode(manifest: dict, tensors: dict[str, torch.Tensor]) -> EngineData:
         raise ValueError("'memory' is not an object")
     plan.memory = memory or {}
     return EngineData(plan, profiles, profile_layers, refittable, manifest)
+
+
+def _precision_settings(manifest: dict) -> dict:
+    """strict and layer_precisions; files written before they were recorded are non-strict, with no overrides."""
+    strict = manifest.get("strict", False)
+    if not isinstance(strict, bool):
+        raise ValueError("'strict' is not true or false")
+    overrides = manifest.get("layer_precisions") or {}
+    if not isinstance(overrides, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                  for k, v in overrides.items()):
+        raise ValueError("'layer_precisions' is not an object of pattern: precision")
+    return {"strict": strict, "layer_precisions": overrides}
 
 
 def _layer_plan(d: dict) -> LayerPlan:

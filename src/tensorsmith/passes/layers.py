@@ -85,11 +85,27 @@ def _feeds_a_norm_only(graph: Graph, node: Node) -> bool:
             and reader.inputs[0] is node.outputs[0] and not any(v.name in graph.initializers for v in node.inputs))
 
 
+def _has_bias(node: Node) -> bool:
+    return len(node.inputs) > 2 and node.inputs[2] is not None
+
+
+def _a_biased_conv_takes_it(graph: Graph, anchor: Node, add: Node, owner: dict[int, Layer]) -> bool:
+    """A residual Add of two Convs goes to the one with the bias (residual_bias_merging left the
+    other without), whatever the node order: cuDNN adds the bias free inside a fused epilogue."""
+    if add.op_type != "Add" or anchor.op_type != "Conv" or _has_bias(anchor):
+        return False
+    other = next((v.producer for v in add.inputs if v is not None and v is not anchor.outputs[0]), None)
+    return (other is not None and other.op_type == "Conv" and other.graph is graph and id(other) not in owner
+            and _has_bias(other) and _only_reader(graph, other.outputs[0]) is add)
+
+
 def _grow_epilogue(graph: Graph, anchor: Node, owner: dict[int, Layer], layer: Layer) -> None:
     out = anchor.outputs[0]
     while True:
         user = _only_reader(graph, out)
         if user is None or id(user) in owner or node_kind(user) != "elementwise" or user.graph is not graph:
+            return
+        if user is _only_reader(graph, anchor.outputs[0]) and _a_biased_conv_takes_it(graph, anchor, user, owner):
             return
         if layer.kind == "matmul" and _feeds_a_norm_only(graph, user):
             return

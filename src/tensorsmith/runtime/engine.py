@@ -160,7 +160,7 @@ class Engine:
             if tuned is None or shape_key(tuned) != key[1]:
                 graph = specialize_graph(graph, shapes)
             runners = compile_runners(graph, layer_plans, self._weights, self.device, self.plan.precision,
-                                      where=self.source, fallback=tuned is None)
+                                      where=self.source, fallback=tuned is None, strict=self.plan.strict)
             return self._remember(key, layer_plans, runners)
 
     def _remember(self, key: tuple[int | None, ShapeKey], layer_plans, runners):

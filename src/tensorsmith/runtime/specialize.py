@@ -21,7 +21,7 @@ from ..errors import EngineTacticError, TensorsmithError
 from ..ir import DType, Graph, TensorType
 from ..ops.inference import infer_graph
 from ..tactics import REFERENCE, TACTICS, LayerContext, Runner
-from ..tactics.base import activation_layout_for
+from ..tactics.base import activation_layout_for, layer_dtype
 
 log = logging.getLogger("tensorsmith.runtime")
 _HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -57,8 +57,12 @@ def specialize_graph(graph: Graph, shapes: Mapping[str, tuple[int, ...]]) -> Gra
 
 
 def compile_runners(graph: Graph, layer_plans: list, weights: dict[str, torch.Tensor], device: torch.device,
-                    precision: str = "fp32", where: str = "<engine>", fallback: bool = False) -> list[Runner]:
+                    precision: str = "fp32", where: str = "<engine>", fallback: bool = False,
+                    strict: bool = False) -> list[Runner]:
     """One runner per Layer of `graph`, from each LayerPlan's tactic and config.
+
+    Each Layer compiles at the precision and strictness it was tuned with (builder.plan_layers
+    asks tactics.base.layer_dtype too: overridden Layers of a half build are float32).
 
     `weights` are the engine's tensors on `device` by value name (shared by every runner).
     A tactic missing from this tensorsmith is an EngineTacticError; a config that fails to
@@ -75,8 +79,8 @@ def compile_runners(graph: Graph, layer_plans: list, weights: dict[str, torch.Te
             raise EngineTacticError(where, f"Layer '{lp.name}' uses tactic '{lp.tactic}', which this tensorsmith does "
                                            f"not have (it has {sorted(TACTICS)})",
                                     "install the tensorsmith version that built the engine, or rebuild it")
-        lc = LayerContext(layer, graph, {v.name: weights[v.name] for v in layer.weights(graph)}, device, dtype,
-                          activation_layout=layout)
+        lc = LayerContext(layer, graph, {v.name: weights[v.name] for v in layer.weights(graph)}, device,
+                          layer_dtype(layer, graph, dtype), activation_layout=layout, strict=strict)
         try:
             runners.append(tactic.build(lc, dict(lp.config)))
         except Exception as e:

@@ -66,8 +66,11 @@ def layer_signature(lc: LayerContext) -> str:
                 args.append([index.get(v.name, "tmp"), str(v.type.dtype) if v.type else None,
                              list(v.type.shape) if v.type and v.type.shape is not None else None])
         nodes.append([n.op_type, n.domain, sorted((k, _attr_repr(a)) for k, a in n.attrs.items()), args])
-    blob = json.dumps({"nodes": nodes, "dtype": str(lc.dtype),
-                       "outputs": [[str(v.type.dtype), list(v.type.shape)] for v in lc.outputs]}, sort_keys=True)
+    signature = {"nodes": nodes, "dtype": str(lc.dtype),
+                 "outputs": [[str(v.type.dtype), list(v.type.shape)] for v in lc.outputs]}
+    if lc.strict:  # a strict build may not reuse a choice that approximates (non-strict keys stay as they were)
+        signature["strict"] = True
+    blob = json.dumps(signature, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
