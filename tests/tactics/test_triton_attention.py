@@ -319,8 +319,6 @@ def test_gpu_runner_survives_cuda_graph_capture():
         assert_replay_matches_direct_call(runner, inputs)
 
 
-@pytest.mark.xfail(reason="failed on the H200 on 2026-11-23 (passes under the interpreter); cause not found yet",
-                   strict=False)
 @pytest.mark.gpu
 def test_gpu_rows_hidden_by_the_mask_give_zeros():
     lc = _layer(attention_model([4, 8, 128, 64], [4, 8, 128, 64], [4, 8, 128, 64], mask=[4, 1, 128, 128]),
