@@ -80,9 +80,24 @@ def build_model(spec: ModelSpec, tiny: bool = False, attn: str | None = None) ->
     torch.manual_seed(SEED)
     model = spec.build(tiny=tiny, attn=attn)
     model.eval().requires_grad_(False)
+    _randomize_zero_layers(model)
     if spec.family == "cnn":
         _settle_batchnorm(model, spec.make_inputs(4, seed=SEED + 7, tiny=tiny))
     return model
+
+
+def _randomize_zero_layers(model: torch.nn.Module) -> None:
+    """Give Linear layers initialised to zeros random weights (std 0.02, as trained heads have).
+
+    torchvision's ViT starts with a zero classifier head: every output would be 0, for any
+    engine, and the accuracy column would compare zeros with zeros.
+    """
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.Linear) and not m.weight.any():
+                m.weight.normal_(0.0, 0.02)
+                if m.bias is not None and not m.bias.any():
+                    m.bias.normal_(0.0, 0.02)
 
 
 def _settle_batchnorm(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> None:
@@ -278,7 +293,8 @@ def cached_onnx(spec: ModelSpec, cache_dir: str, model: torch.nn.Module | None =
     initialisation code never meets a stale file.
     """
     os.makedirs(cache_dir, exist_ok=True)
-    key = json.dumps({"v": _versions(), "opset": OPSET, "seed": SEED, "tiny": tiny}, sort_keys=True)
+    # "init" counts changes to build_model's weights: a new value re-exports every model.
+    key = json.dumps({"v": _versions(), "opset": OPSET, "seed": SEED, "tiny": tiny, "init": 2}, sort_keys=True)
     stem = f"{spec.name}{'-tiny' if tiny else ''}-{hashlib.sha1(key.encode()).hexdigest()[:10]}"
     path = os.path.join(cache_dir, stem + ".onnx")
     meta_path = path + ".json"

@@ -46,6 +46,20 @@ def test_build_is_deterministic_and_settles_batchnorm():
     assert a.bn.running_var.ne(1).any()        # statistics come from data, not the init
 
 
+def test_a_zero_initialised_head_gets_random_weights():
+    class ZeroHead(TinyNet):  # as torchvision's ViT: its classifier starts at zero
+        def __init__(self):
+            super().__init__()
+            torch.nn.init.zeros_(self.fc.weight)
+            torch.nn.init.zeros_(self.fc.bias)
+
+    spec = ModelSpec("zerohead", "cnn", lambda tiny=False, attn=None: ZeroHead(), TINY.inputs, (1,), ("torch",))
+    model = build_model(spec)
+    assert model.fc.weight.any() and model.fc.bias.any()
+    assert model(*spec.make_inputs(2)).abs().max() > 0
+    assert torch.equal(model.conv.weight, build_model(TINY).conv.weight)  # other layers keep their init
+
+
 def test_torchscript_export_has_a_symbolic_batch(tmp_path):
     model = build_model(TINY)
     path = str(tmp_path / "tiny.onnx")
