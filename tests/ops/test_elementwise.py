@@ -14,22 +14,9 @@ from tensorsmith.errors import ExecutionError
 from tensorsmith.ir import DType
 
 from ..conftest import ort_run
+from .models import assert_matches_ort, one_node, out_type
 
 RNG = np.random.default_rng(0)
-
-
-def one_node(op: str, inputs: dict, attrs: dict | None = None, opset: int = 18, out_dtype: int | None = None,
-             n_outputs: int = 1, shapes: dict | None = None) -> onnx.ModelProto:
-    """A model with one node: graph inputs named and typed after the arrays in `inputs`."""
-    shapes = shapes or {}
-    ins = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(a.dtype), shapes.get(name, a.shape))
-           for name, a in inputs.items()]
-    # Untyped outputs unless told: their types are what inference (ours and ORT's) must find.
-    outs = [helper.make_tensor_value_info(f"y{i}", out_dtype, None) if out_dtype else onnx.ValueInfoProto(name=f"y{i}")
-            for i in range(n_outputs)]
-    node = helper.make_node(op, list(inputs), [o.name for o in outs], **(attrs or {}))
-    g = helper.make_graph([node], op.lower(), ins, outs)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
 
 
 def run(model: onnx.ModelProto, inputs: dict) -> list[np.ndarray]:
@@ -38,16 +25,9 @@ def run(model: onnx.ModelProto, inputs: dict) -> list[np.ndarray]:
 
 def check_vs_ort(op, inputs, attrs=None, opset=18, rtol=1e-5, atol=1e-6):
     model = one_node(op, inputs, attrs, opset)
-    got, want = run(model, inputs), ort_run(model, inputs)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype, (op, g.dtype, w.dtype)
-        assert g.shape == w.shape
-        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol, err_msg=op)
+    got = run(model, inputs)
+    assert_matches_ort(got, ort_run(model, inputs), op, rtol, atol)
     return got
-
-
-def out_type(model: onnx.ModelProto, i: int = 0):
-    return tensorsmith.import_onnx(model).outputs[i].type
 
 
 def randn(*shape, dtype=np.float32):

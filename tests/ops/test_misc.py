@@ -4,40 +4,22 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import tensorsmith
 from tensorsmith.errors import ExecutionError
 from tensorsmith.ir import DType, TensorType
 
+from ..conftest import ort_run
+from . import models
+from .models import engine_output
+
 RNG = np.random.default_rng(0)
 
 
 def one_node(op, inputs, attrs=None, opset=22, consts=None, out_dtype=TensorProto.FLOAT, input_names=None):
-    """A model of one node: `inputs` are fed at run time, `consts` are initializers."""
-    consts = consts or {}
-    names = input_names if input_names is not None else list(inputs) + list(consts)
-    graph = helper.make_graph(
-        [helper.make_node(op, names, ["y"], **(attrs or {}))], "g",
-        [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for k, v in inputs.items()],
-        [helper.make_tensor_value_info("y", out_dtype, None)],
-        initializer=[numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def run(model, feeds):
-    """tensorsmith's output (torch feeds, so that 0-d inputs keep their rank)."""
-    y = tensorsmith.build(model).run({k: torch.from_numpy(np.array(v)) for k, v in feeds.items()})["y"]
-    return y.numpy() if isinstance(y, torch.Tensor) else y
-
-
-def ort(model, feeds):
-    import onnxruntime
-
-    sess = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)[0]
+    """models.one_node with a float output at opset 22 unless told."""
+    return models.one_node(op, inputs, attrs, opset, consts=consts, out_dtype=out_dtype, input_names=input_names)
 
 
 # -- NonMaxSuppression ---------------------------------------------------------------------
@@ -66,9 +48,9 @@ def test_nms_matches_onnxruntime(center, limit, iou, score):
     model = one_node("NonMaxSuppression", {"boxes": boxes, "scores": scores}, {"center_point_box": center},
                      opset=11, consts=consts, out_dtype=TensorProto.INT64)
     feeds = {"boxes": boxes, "scores": scores}
-    got = run(model, feeds)
+    got = engine_output(model, feeds)
     assert got.dtype == np.int64 and got.ndim == 2 and got.shape[1] == 3 and len(got) > 0
-    np.testing.assert_array_equal(got, ort(model, feeds))
+    np.testing.assert_array_equal(got, ort_run(model, feeds)[0])
 
 
 def test_nms_ties_keep_the_lower_index_and_limit_is_per_class():
@@ -76,14 +58,14 @@ def test_nms_ties_keep_the_lower_index_and_limit_is_per_class():
     scores = np.array([[[0.5, 0.5, 0.5, 0.4], [0.1, 0.2, 0.3, 0.9]]], np.float32)
     feeds = {"boxes": boxes, "scores": scores, "max_output_boxes_per_class": np.array([2], np.int64),
              "iou_threshold": np.array([0.5], np.float32)}
-    got = run(one_node("NonMaxSuppression", feeds, out_dtype=TensorProto.INT64), feeds)
+    got = engine_output(one_node("NonMaxSuppression", feeds, out_dtype=TensorProto.INT64), feeds)
     np.testing.assert_array_equal(got, [[0, 0, 0], [0, 0, 2], [0, 1, 3], [0, 1, 2]])
 
 
 def test_nms_without_max_output_selects_nothing():
     boxes, scores = _random_boxes(1, 5, 0), RNG.random((1, 1, 5)).astype(np.float32)
     model = one_node("NonMaxSuppression", {"boxes": boxes, "scores": scores}, out_dtype=TensorProto.INT64)
-    got = run(model, {"boxes": boxes, "scores": scores})
+    got = engine_output(model, {"boxes": boxes, "scores": scores})
     assert got.shape == (0, 3) and got.dtype == np.int64
 
 
@@ -95,7 +77,7 @@ def test_nms_output_type_and_bad_shapes():
     bad = RNG.random((1, 1, 4)).astype(np.float32)
     model = one_node("NonMaxSuppression", {"boxes": boxes, "scores": bad}, out_dtype=TensorProto.INT64)
     with pytest.raises(ExecutionError, match="scores \\[batch, classes, boxes\\]"):
-        run(model, {"boxes": boxes, "scores": bad})
+        engine_output(model, {"boxes": boxes, "scores": bad})
 
 
 # -- Det -----------------------------------------------------------------------------------
@@ -106,7 +88,7 @@ def test_nms_output_type_and_bad_shapes():
 def test_det(shape, dtype):
     x = RNG.standard_normal(shape).astype(dtype)
     model = one_node("Det", {"x": x}, out_dtype=helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
-    got = run(model, {"x": x})
+    got = engine_output(model, {"x": x})
     assert got.dtype == dtype and got.shape == shape[:-2]
     tol = 2e-2 if dtype == np.float16 else 1e-5
     np.testing.assert_allclose(got, np.linalg.det(x.astype(np.float64)), rtol=tol, atol=tol)
@@ -116,7 +98,7 @@ def test_det(shape, dtype):
 def test_det_rejects_non_square():
     x = np.zeros((3, 4), np.float32)
     with pytest.raises(ExecutionError, match="square"):
-        run(one_node("Det", {"x": x}), {"x": x})
+        engine_output(one_node("Det", {"x": x}), {"x": x})
 
 
 # -- random ops ----------------------------------------------------------------------------
@@ -126,29 +108,29 @@ def test_random_normal_shape_dtype_and_statistics():
     model = one_node("RandomNormal", {}, {"shape": [200, 100], "mean": 3.0, "scale": 2.0, "dtype": TensorProto.DOUBLE},
                      input_names=[], out_dtype=TensorProto.DOUBLE)
     assert tensorsmith.import_onnx(model).outputs[0].type == TensorType(DType.FLOAT64, (200, 100))
-    y = run(model, {})
+    y = engine_output(model, {})
     assert y.dtype == np.float64 and y.shape == (200, 100)
     assert abs(y.mean() - 3.0) < 0.05 and abs(y.std() - 2.0) < 0.05
 
 
 def test_random_uniform_bounds_and_default_float32():
     model = one_node("RandomUniform", {}, {"shape": [1000], "low": -2.0, "high": 5.0}, input_names=[])
-    y = run(model, {})
+    y = engine_output(model, {})
     assert y.dtype == np.float32 and y.shape == (1000,)
     assert y.min() >= -2.0 and y.max() < 5.0 and abs(y.mean() - 1.5) < 0.3
 
 
 def test_unseeded_random_ops_are_not_folded_at_build_time():
     engine = tensorsmith.build(one_node("RandomUniform", {}, {"shape": [16]}, input_names=[]))
-    a, b = engine.run({})["y"], engine.run({})["y"]
+    a, b = engine.run({})["y0"], engine.run({})["y0"]
     assert not np.array_equal(a, b)
 
 
 def test_seed_makes_a_node_reproducible():
     attrs = {"shape": [16], "seed": 7.0}
-    a = run(one_node("RandomNormal", {}, attrs, input_names=[]), {})
-    b = run(one_node("RandomNormal", {}, attrs, input_names=[]), {})
-    c = run(one_node("RandomNormal", {}, {"shape": [16], "seed": 8.0}, input_names=[]), {})
+    a = engine_output(one_node("RandomNormal", {}, attrs, input_names=[]), {})
+    b = engine_output(one_node("RandomNormal", {}, attrs, input_names=[]), {})
+    c = engine_output(one_node("RandomNormal", {}, {"shape": [16], "seed": 8.0}, input_names=[]), {})
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)
 
@@ -157,25 +139,25 @@ def test_seed_makes_a_node_reproducible():
 def test_like_ops_follow_the_input(op):
     x = np.zeros((3, 5), np.float16)
     model = one_node(op, {"x": x}, out_dtype=TensorProto.FLOAT16)
-    y = run(model, {"x": x})
+    y = engine_output(model, {"x": x})
     assert y.dtype == np.float16 and y.shape == (3, 5) and np.unique(y).size > 1
     model = one_node(op, {"x": x}, {"dtype": TensorProto.DOUBLE}, out_dtype=TensorProto.DOUBLE)
     assert tensorsmith.import_onnx(model).outputs[0].type == TensorType(DType.FLOAT64, (3, 5))
-    assert run(model, {"x": x}).dtype == np.float64
+    assert engine_output(model, {"x": x}).dtype == np.float64
 
 
 def test_bernoulli_extremes_and_dtype():
     p = np.array([0.0, 1.0, 0.0, 1.0], np.float32)
-    np.testing.assert_array_equal(run(one_node("Bernoulli", {"p": p}), {"p": p}), p)
+    np.testing.assert_array_equal(engine_output(one_node("Bernoulli", {"p": p}), {"p": p}), p)
     model = one_node("Bernoulli", {"p": p}, {"dtype": TensorProto.INT32}, out_dtype=TensorProto.INT32)
-    y = run(model, {"p": p})
+    y = engine_output(model, {"p": p})
     assert y.dtype == np.int32
     np.testing.assert_array_equal(y, [0, 1, 0, 1])
 
 
 def test_bernoulli_frequency():
     p = np.full((20000,), 0.3, np.float64)
-    y = run(one_node("Bernoulli", {"p": p}, {"seed": 1.0}, out_dtype=TensorProto.DOUBLE), {"p": p})
+    y = engine_output(one_node("Bernoulli", {"p": p}, {"seed": 1.0}, out_dtype=TensorProto.DOUBLE), {"p": p})
     assert y.dtype == np.float64 and set(np.unique(y)) <= {0.0, 1.0}
     assert abs(y.mean() - 0.3) < 0.02
 
@@ -184,12 +166,12 @@ def test_multinomial_samples_follow_the_log_probabilities():
     logits = np.log(np.array([[0.7, 0.2, 0.1], [0.0001, 0.0001, 0.9998]], np.float32))
     model = one_node("Multinomial", {"x": logits}, {"sample_size": 4000, "seed": 3.0}, out_dtype=TensorProto.INT32)
     assert tensorsmith.import_onnx(model).outputs[0].type == TensorType(DType.INT32, (2, 4000))
-    y = run(model, {"x": logits})
+    y = engine_output(model, {"x": logits})
     assert y.dtype == np.int32 and y.shape == (2, 4000)
     np.testing.assert_allclose(np.bincount(y[0], minlength=3) / 4000, [0.7, 0.2, 0.1], atol=0.03)
     assert (y[1] == 2).mean() > 0.99
     model = one_node("Multinomial", {"x": logits}, {"dtype": TensorProto.INT64}, out_dtype=TensorProto.INT64)
-    assert run(model, {"x": logits}).shape == (2, 1)
+    assert engine_output(model, {"x": logits}).shape == (2, 1)
 
 
 @pytest.mark.parametrize("op,attrs,expected", [

@@ -8,30 +8,15 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from onnx import helper
 
 import tensorsmith
 from tensorsmith.ir import DType
 from tensorsmith.ops.interpreter import run_graph
 
 from ..conftest import ort_run
+from .models import assert_matches_ort, one_node, out_type
 
 RNG = np.random.default_rng(0)
-
-
-def one_node(op: str, inputs: dict, attrs: dict | None = None, opset: int = 18, n_outputs: int = 1,
-             shapes: dict | None = None, consts: dict | None = None) -> onnx.ModelProto:
-    """A model with one node. `inputs` become graph inputs, `consts` initializers; outputs are untyped."""
-    shapes = shapes or {}
-    consts = consts or {}
-    ins = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(a.dtype), shapes.get(name, a.shape))
-           for name, a in inputs.items()]
-    inits = [onnx.numpy_helper.from_array(a, name) for name, a in consts.items()]
-    outs = [onnx.ValueInfoProto(name=f"y{i}") for i in range(n_outputs)]
-    names = [n if n else "" for n in [*inputs, *consts]]
-    node = helper.make_node(op, names, [o.name for o in outs], **(attrs or {}))
-    g = helper.make_graph([node], op.lower(), ins, outs, initializer=inits)
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
 
 
 def run(model: onnx.ModelProto, inputs: dict) -> list[np.ndarray]:
@@ -45,15 +30,8 @@ def check_vs_ort(op, inputs, attrs=None, opset=18, rtol=1e-5, atol=1e-5, n_outpu
     model = one_node(op, inputs, attrs, opset, n_outputs=n_outputs, consts=consts)
     got, want = run(model, inputs), ort_run(model, inputs)
     assert len(got) == len(want) == n_outputs
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype, (op, g.dtype, w.dtype)
-        assert g.shape == w.shape, (op, g.shape, w.shape)
-        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol, atol=atol, err_msg=op)
+    assert_matches_ort(got, want, op, rtol, atol)
     return got
-
-
-def out_type(model: onnx.ModelProto, i: int = 0):
-    return tensorsmith.import_onnx(model).outputs[i].type
 
 
 def randn(*shape, dtype=np.float32):

@@ -4,28 +4,23 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import tensorsmith
 from tensorsmith.errors import ExecutionError, ShapeInferenceError
 from tensorsmith.ir import DType, TensorType
 
+from ..conftest import ort_run
+from . import models
+from .models import engine_output
+
 RNG = np.random.default_rng(0)
 
 
 def one_node(op, inputs, attrs=None, opset=20, consts=None, out_dtype=TensorProto.FLOAT):
-    """A model of one node. `inputs` maps names to arrays fed at run time, `consts` to initializers."""
-    consts = consts or {}
-    names = list(inputs) + list(consts)
-    node = helper.make_node(op, [n if n is not None else "" for n in _order(op, names)], ["y"], **(attrs or {}))
-    graph = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for k, v in inputs.items()],
-        [helper.make_tensor_value_info("y", out_dtype, None)],
-        initializer=[numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items()],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    """models.one_node with a float output at opset 20 unless told, inputs in the op's order."""
+    names = [n if n is not None else "" for n in _order(op, list(inputs) + list(consts or {}))]
+    return models.one_node(op, inputs, attrs, opset, consts=consts, out_dtype=out_dtype, input_names=names)
 
 
 _SIGNATURES = {
@@ -45,19 +40,6 @@ def _order(op, names):
     return present
 
 
-def run(model, feeds):
-    """tensorsmith's output (torch feeds, so that 0-d inputs keep their rank)."""
-    y = tensorsmith.build(model).run({k: torch.from_numpy(np.array(v)) for k, v in feeds.items()})["y"]
-    return y.numpy() if isinstance(y, torch.Tensor) else y
-
-
-def ort(model, feeds):
-    import onnxruntime
-
-    sess = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return sess.run(None, feeds)[0]
-
-
 def as_onnx_complex(c: np.ndarray, dtype=np.float32) -> np.ndarray:
     return np.stack([c.real, c.imag], axis=-1).astype(dtype)
 
@@ -73,15 +55,15 @@ def test_dft_axis_attribute_and_input_forms(opset, axis):
         model = one_node("DFT", {"x": x}, {"axis": axis}, opset=opset)
     else:
         model = one_node("DFT", {"x": x}, consts={"axis": np.array(axis, np.int64)}, opset=opset)
-    got = run(model, {"x": x})
+    got = engine_output(model, {"x": x})
     want = np.fft.fft(x[..., 0], axis=axis % 4)
     np.testing.assert_allclose(got, as_onnx_complex(want), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(got, ort(model, {"x": x}), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
 
 
 def test_dft_20_defaults_to_axis_minus_2():
     x = RNG.standard_normal((3, 8, 1)).astype(np.float32)
-    got = run(one_node("DFT", {"x": x}, opset=20), {"x": x})
+    got = engine_output(one_node("DFT", {"x": x}, opset=20), {"x": x})
     np.testing.assert_allclose(got, as_onnx_complex(np.fft.fft(x[..., 0], axis=1)), rtol=1e-4, atol=1e-4)
 
 
@@ -89,7 +71,7 @@ def test_dft_axis_as_runtime_input():
     x = RNG.standard_normal((2, 4, 6, 1)).astype(np.float32)
     axis = np.array(1, np.int64)
     model = one_node("DFT", {"x": x, "axis": axis})
-    np.testing.assert_allclose(run(model, {"x": x, "axis": axis}), as_onnx_complex(np.fft.fft(x[..., 0], axis=1)),
+    np.testing.assert_allclose(engine_output(model, {"x": x, "axis": axis}), as_onnx_complex(np.fft.fft(x[..., 0], axis=1)),
                                rtol=1e-4, atol=1e-4)
 
 
@@ -101,18 +83,18 @@ def test_dft_real_input_with_length_and_onesided(n, onesided):
     want = np.fft.fft(x[..., 0], n=n, axis=1)
     if onesided:
         want = want[:, : n // 2 + 1]
-    got = run(model, {"x": x})
+    got = engine_output(model, {"x": x})
     np.testing.assert_allclose(got, as_onnx_complex(want), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(got, ort(model, {"x": x}), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
     assert tensorsmith.import_onnx(model).outputs[0].type == TensorType(DType.FLOAT32, (2, want.shape[1], 2))
 
 
 def test_dft_complex_input_and_inverse_round_trip():
     c = RNG.standard_normal((2, 7)) + 1j * RNG.standard_normal((2, 7))
     x = as_onnx_complex(c)
-    fwd = run(one_node("DFT", {"x": x}, opset=20), {"x": x})
+    fwd = engine_output(one_node("DFT", {"x": x}, opset=20), {"x": x})
     np.testing.assert_allclose(fwd, as_onnx_complex(np.fft.fft(c, axis=1)), rtol=1e-4, atol=1e-4)
-    back = run(one_node("DFT", {"x": fwd}, {"inverse": 1}, opset=20), {"x": fwd})
+    back = engine_output(one_node("DFT", {"x": fwd}, {"inverse": 1}, opset=20), {"x": fwd})
     np.testing.assert_allclose(back, x, rtol=1e-4, atol=1e-5)
 
 
@@ -120,7 +102,7 @@ def test_dft_inverse_onesided_is_irfft():
     spec = np.fft.rfft(RNG.standard_normal((3, 10)), axis=1)
     x = as_onnx_complex(spec)
     model = one_node("DFT", {"x": x}, {"inverse": 1, "onesided": 1}, opset=17)
-    got = run(model, {"x": x})
+    got = engine_output(model, {"x": x})
     assert got.shape == (3, 10, 1)
     np.testing.assert_allclose(got[..., 0], np.fft.irfft(spec, n=10, axis=1), rtol=1e-4, atol=1e-5)
     assert tensorsmith.import_onnx(model).outputs[0].type == TensorType(DType.FLOAT32, (3, 10, 1))
@@ -129,7 +111,7 @@ def test_dft_inverse_onesided_is_irfft():
 @pytest.mark.parametrize("dtype", [np.float16, np.float64])
 def test_dft_keeps_the_input_dtype(dtype):
     x = RNG.standard_normal((1, 8, 1)).astype(dtype)
-    got = run(one_node("DFT", {"x": x}, opset=20, out_dtype=helper.np_dtype_to_tensor_dtype(np.dtype(dtype))), {"x": x})
+    got = engine_output(one_node("DFT", {"x": x}, opset=20, out_dtype=helper.np_dtype_to_tensor_dtype(np.dtype(dtype))), {"x": x})
     assert got.dtype == dtype
     tol = 1e-2 if dtype == np.float16 else 1e-10
     np.testing.assert_allclose(got, as_onnx_complex(np.fft.fft(x[..., 0].astype(np.float64), axis=1), dtype),
@@ -142,7 +124,7 @@ def test_dft_rejects_the_last_axis():
         tensorsmith.build(one_node("DFT", {"x": x}, {"axis": 2}, opset=17))
     x = RNG.standard_normal((2, 8, 3)).astype(np.float32)
     with pytest.raises(ExecutionError, match="1 \\(real\\) or 2"):
-        run(one_node("DFT", {"x": x}, opset=20), {"x": x})
+        engine_output(one_node("DFT", {"x": x}, opset=20), {"x": x})
 
 
 # -- STFT ----------------------------------------------------------------------------------
@@ -160,17 +142,17 @@ def test_stft_with_window(onesided):
     window = np.hanning(12).astype(np.float32)
     model = one_node("STFT", {"signal": sig}, {"onesided": onesided}, opset=17,
                      consts={"frame_step": np.array(5, np.int64), "window": window})
-    got = run(model, {"signal": sig})
+    got = engine_output(model, {"signal": sig})
     want = _numpy_stft(sig[..., 0], 5, 12, window, onesided)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(got, ort(model, {"signal": sig}), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, ort_run(model, {"signal": sig})[0], rtol=1e-4, atol=1e-4)
     assert tensorsmith.import_onnx(model).outputs[0].type.shape == want.shape
 
 
 def test_stft_frame_length_without_window_at_runtime():
     sig = RNG.standard_normal((1, 33, 1)).astype(np.float32)
     feeds = {"signal": sig, "frame_step": np.array(4, np.int64), "frame_length": np.array(8, np.int64)}
-    got = run(one_node("STFT", feeds, opset=17), feeds)
+    got = engine_output(one_node("STFT", feeds, opset=17), feeds)
     np.testing.assert_allclose(got, _numpy_stft(sig[..., 0], 4, 8, np.ones(8), True), rtol=1e-4, atol=1e-4)
 
 
@@ -188,18 +170,18 @@ _WINDOWS = {
 def test_windows(op, periodic):
     size = np.array(10, np.int32)
     model = one_node(op, {"size": size}, {"periodic": periodic}, opset=17)
-    got = run(model, {"size": size})
+    got = engine_output(model, {"size": size})
     want = _WINDOWS[op](np.arange(10), 10 if periodic else 9)
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(got, ort(model, {"size": size}), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got, ort_run(model, {"size": size})[0], rtol=1e-5, atol=1e-6)
 
 
 def test_window_output_datatype_and_static_shape():
     model = one_node("HannWindow", {}, {"output_datatype": TensorProto.DOUBLE}, opset=17,
                      consts={"size": np.array(7, np.int64)}, out_dtype=TensorProto.DOUBLE)
     assert tensorsmith.import_onnx(model).outputs[0].type == TensorType(DType.FLOAT64, (7,))
-    got = run(model, {})
+    got = engine_output(model, {})
     assert got.dtype == np.float64
     np.testing.assert_allclose(got, np.hanning(8)[:7], rtol=1e-12, atol=1e-12)  # periodic = symmetric of size+1
 
@@ -216,9 +198,9 @@ def _mel_feeds(bins=8, n_fft=32, rate=16000, low=20.0, high=8000.0):
 def test_mel_weight_matrix_matches_onnxruntime(kw):
     feeds = _mel_feeds(**kw)
     model = one_node("MelWeightMatrix", feeds, opset=17)
-    got = run(model, feeds)
+    got = engine_output(model, feeds)
     assert got.shape == (int(feeds["dft_length"]) // 2 + 1, int(feeds["num_mel_bins"]))
-    np.testing.assert_allclose(got, ort(model, feeds), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got, ort_run(model, feeds)[0], rtol=1e-5, atol=1e-6)
     assert got.sum() > 0
 
 
@@ -226,4 +208,4 @@ def test_mel_weight_matrix_static_shape_and_dtype():
     model = one_node("MelWeightMatrix", {}, {"output_datatype": TensorProto.FLOAT16}, opset=17, consts=_mel_feeds(),
                      out_dtype=TensorProto.FLOAT16)
     assert tensorsmith.import_onnx(model).outputs[0].type == TensorType(DType.FLOAT16, (17, 8))
-    assert run(model, {}).dtype == np.float16
+    assert engine_output(model, {}).dtype == np.float16

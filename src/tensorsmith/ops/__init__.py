@@ -2,8 +2,10 @@
 
 # Each module registers a family of ops.
 from . import (  # noqa: E402,F401
+    activations,
     attention,
     basic,
+    cast,
     control_flow,
     elementwise,
     indexing,

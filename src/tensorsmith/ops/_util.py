@@ -8,6 +8,23 @@ import torch
 
 # torch implements few kernels for uint16/32/64; references compute in int64 and cast back.
 WIDE_UINTS = (torch.uint16, torch.uint32, torch.uint64)
+UNSIGNED = (torch.uint8, *WIDE_UINTS)
+HALVES = (torch.float16, torch.bfloat16)
+
+
+def in_float32(fn):
+    """fn on a float32 copy of half-precision inputs, rounded back to the input dtype.
+
+    numpy and the GPU kernels compute half-precision math so too; results then do not depend on
+    which half-precision kernels a device has.
+    """
+
+    def apply(x: torch.Tensor) -> torch.Tensor:
+        if x.dtype in HALVES:
+            return fn(x.float()).to(x.dtype)
+        return fn(x)
+
+    return apply
 
 
 def widen(t: torch.Tensor | None) -> torch.Tensor | None:

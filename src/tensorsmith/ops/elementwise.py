@@ -1,41 +1,29 @@
-"""Elementwise ops: unary math, activations, comparisons and logic, bitwise ops, variadic
-Max/Min/Sum/Mean, Where, and the casts (Cast, CastLike, BitCast).
+"""Elementwise math and logic: unary math (the float unary table, Erf, Abs, Neg, Sign), Clip,
+Pow/Mod/BitShift and the bitwise ops, logic and comparisons, IsNaN/IsInf, Where, and variadic
+Max/Min/Sum/Mean.
 
 Every op declares its output type explicitly (these are the ops later fused into kernels).
 torch lacks most kernels for uint16/32/64: such values run through int64, with an
 order-preserving key for uint64 where comparisons are involved. float16/bfloat16
-transcendental functions are computed in float32 and rounded back, as numpy and the GPU
-kernels do, so that results do not depend on which half-precision kernels a device has.
+transcendental functions are computed in float32 and rounded back (`in_float32`).
+
+The activations (activations.py) and the casts (cast.py) are families of their own, kept apart
+so that each module stays short; Add/Sub/Mul/Div are in basic.py.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
 
 from ..ir import DType, TensorType, broadcast_shapes
-from ._util import WIDE_UINTS, narrow, widen, with_wide_uints
+from ._util import HALVES, UNSIGNED, WIDE_UINTS, in_float32, narrow, widen, with_wide_uints
 from .registry import InferContext, broadcast, register, same_as
 
-_HALVES = (torch.float16, torch.bfloat16)
-_UNSIGNED = (torch.uint8, *WIDE_UINTS)
 _INT64_MIN = -(2**63)
 
 
 # -- helpers -------------------------------------------------------------------------------
-
-
-def _in_float32(fn):
-    """fn on a float32 copy of half-precision inputs, rounded back to the input dtype."""
-
-    def apply(x: torch.Tensor) -> torch.Tensor:
-        if x.dtype in _HALVES:
-            return fn(x.float()).to(x.dtype)
-        return fn(x)
-
-    return apply
 
 
 def _to_key(t: torch.Tensor) -> torch.Tensor:
@@ -88,7 +76,7 @@ _SINCE = {"Acosh": 9, "Asinh": 9, "Atanh": 9, "Cosh": 9, "Sinh": 9, "Round": 11,
 
 
 def _float_unary(fn):
-    f = _in_float32(fn)
+    f = in_float32(fn)
 
     def ref(ctx, x):
         return f(x)
@@ -105,12 +93,12 @@ def erf(ctx, x):
     if not x.dtype.is_floating_point:
         # Erf-13 accepts integers; torch returns float for them.
         return torch.erf(x.double()).to(x.dtype)
-    return _in_float32(torch.erf)(x)
+    return in_float32(torch.erf)(x)
 
 
 @register("Abs", infer=same_as(0))
 def abs_(ctx, x):
-    if x.dtype in _UNSIGNED:
+    if x.dtype in UNSIGNED:
         return x
     return torch.abs(x)
 
@@ -123,104 +111,9 @@ def neg(ctx, x):
 
 @register("Sign", infer=same_as(0), since=9)
 def sign(ctx, x):
-    if x.dtype in _UNSIGNED:
+    if x.dtype in UNSIGNED:
         return (x != 0).to(x.dtype)
     return torch.sign(x)
-
-
-@register("Relu", infer=same_as(0))
-def relu(ctx, x):
-    return torch.relu(x)
-
-
-# -- activations with attributes -------------------------------------------------------------
-
-
-@register("LeakyRelu", infer=same_as(0))
-def leaky_relu(ctx, x):
-    alpha = ctx.attr("alpha", 0.01)
-    return torch.where(x < 0, x * alpha, x)
-
-
-@register("Elu", infer=same_as(0))
-def elu(ctx, x):
-    alpha = ctx.attr("alpha", 1.0)
-    return _in_float32(lambda v: torch.where(v > 0, v, alpha * torch.expm1(v)))(x)
-
-
-@register("Selu", infer=same_as(0))
-def selu(ctx, x):
-    alpha = ctx.attr("alpha", 1.67326319217681884765625)
-    gamma = ctx.attr("gamma", 1.05070102214813232421875)
-    return _in_float32(lambda v: gamma * torch.where(v > 0, v, alpha * torch.expm1(v)))(x)
-
-
-@register("Celu", infer=same_as(0), since=12)
-def celu(ctx, x):
-    alpha = ctx.attr("alpha", 1.0)
-    return _in_float32(lambda v: torch.celu(v, alpha))(x)
-
-
-@register("HardSigmoid", infer=same_as(0))
-def hard_sigmoid(ctx, x):
-    alpha = ctx.attr("alpha", 0.2)
-    beta = ctx.attr("beta", 0.5)
-    return _in_float32(lambda v: torch.clamp(alpha * v + beta, 0, 1))(x)
-
-
-@register("HardSwish", infer=same_as(0), since=14)
-def hard_swish(ctx, x):
-    # ONNX fixes alpha = 1/6, beta = 0.5 (torch's hardswish uses relu6(x + 3) / 6, the same).
-    return _in_float32(lambda v: v * torch.clamp(v / 6 + 0.5, 0, 1))(x)
-
-
-@register("ThresholdedRelu", infer=same_as(0), since=10)
-def thresholded_relu(ctx, x):
-    alpha = ctx.attr("alpha", 1.0)
-    return torch.where(x > alpha, x, torch.zeros((), dtype=x.dtype, device=x.device))
-
-
-@register("Swish", infer=same_as(0), since=24)
-def swish(ctx, x):
-    alpha = ctx.attr("alpha", 1.0)
-    return _in_float32(lambda v: v * torch.sigmoid(alpha * v))(x)
-
-
-@register("SwiGLU", infer=same_as(0), since=28)
-def swiglu(ctx, a, b):
-    alpha = ctx.attr("alpha", 1.0)
-    if a.shape != b.shape:
-        raise ValueError(f"SwiGLU inputs must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
-    if a.dtype in _HALVES:
-        return (a.float() * torch.sigmoid(alpha * a.float()) * b.float()).to(a.dtype)
-    return a * torch.sigmoid(alpha * a) * b
-
-
-@register("Gelu", infer=same_as(0), since=20)
-def gelu(ctx, x):
-    approximate = ctx.attr("approximate", "none")
-    if approximate not in ("none", "tanh"):
-        raise ValueError(f"Gelu approximate must be 'none' or 'tanh', got {approximate!r}")
-    return _in_float32(lambda v: F.gelu(v, approximate=approximate))(x)
-
-
-@register("Shrink", infer=same_as(0), since=9)
-def shrink(ctx, x):
-    lambd = ctx.attr("lambd", 0.5)
-    bias = ctx.attr("bias", 0.0)
-    # Integer inputs: the float arithmetic below is truncated back, as the reference does.
-    v = x if x.dtype.is_floating_point else x.double()
-    zero = torch.zeros((), dtype=v.dtype, device=x.device)
-    y = torch.where(v < -lambd, v + bias, torch.where(v > lambd, v - bias, zero))
-    return y.to(x.dtype)
-
-
-@register("PRelu", infer=same_as(0))
-def prelu(ctx, x, slope):
-    if x.dtype in _UNSIGNED:
-        return x  # never negative
-    # slope broadcasts to x (unidirectionally), so the result has x's shape.
-    return torch.where(x < 0, x * slope.to(x.dtype), x)
 
 
 @register("Clip", infer=same_as(0))
@@ -243,8 +136,8 @@ def pow_(ctx, x, y):
     y = widen(y)
     if x.dtype.is_floating_point:
         # Mixed dtypes (Pow-12+): compute in the promoted type, the result has the base's dtype.
-        if x.dtype in _HALVES:
-            return torch.pow(x.float(), y.float() if y.dtype in _HALVES else y).to(x.dtype)
+        if x.dtype in HALVES:
+            return torch.pow(x.float(), y.float() if y.dtype in HALVES else y).to(x.dtype)
         return torch.pow(x, y).to(x.dtype)
     if y.dtype.is_floating_point:
         return torch.pow(widen(x).double(), y.double()).to(x.dtype)
@@ -281,7 +174,7 @@ def bit_shift(ctx, x, s):
     bad = (sv < 0) | (sv >= bits)
     if direction == "LEFT":
         out = torch.where(bad, 0, xv << sv.clamp(0, bits - 1))
-    elif dtype in _UNSIGNED:
+    elif dtype in UNSIGNED:
         out = torch.where(bad, 0, xv >> sv.clamp(0, bits - 1))
         if dtype == torch.uint64:
             # int64 shifts are arithmetic: clear the copies of the top bit shifted in.
@@ -399,99 +292,8 @@ def mean(ctx, *xs):
     if not xs:
         raise ValueError("Mean needs at least one input")
     dtype = xs[0].dtype
-    work = torch.float32 if dtype in _HALVES else dtype
+    work = torch.float32 if dtype in HALVES else dtype
     out = xs[0].to(work)
     for x in xs[1:]:
         out = out + x.to(work)
     return (out / len(xs)).to(dtype)
-
-
-# -- casts -----------------------------------------------------------------------------------
-
-_FLOAT8 = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.float8_e5m2, torch.float8_e5m2fnuz)
-
-
-def _float8_overflow(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Where a float32 x rounds (to nearest even) beyond the largest finite value of dtype."""
-    fmax = torch.finfo(dtype).max
-    # The largest finite value has mantissa bits all ones (odd: ties round up, away from it),
-    # except E4M3FN, whose all-ones mantissa at the top exponent is NaN (110 is even: ties stay).
-    half_ulp = {torch.float8_e4m3fn: 16.0, torch.float8_e4m3fnuz: 8.0,
-                torch.float8_e5m2: 4096.0, torch.float8_e5m2fnuz: 4096.0}[dtype]
-    limit = fmax + half_ulp
-    a = x.abs()
-    return (a > limit) if dtype == torch.float8_e4m3fn else (a >= limit)
-
-
-def _to_float8(x: torch.Tensor, dtype: torch.dtype, saturate: bool) -> torch.Tensor:
-    """ONNX Cast to a float8 type: round to nearest even, then saturate or overflow per the spec.
-
-    torch's own conversions disagree between types (E4M3FN saturates, the others do not), so
-    the range is handled here and torch only rounds in-range values.
-    """
-    if x.dtype == torch.bool or not x.dtype.is_floating_point:
-        x = x.to(torch.float64)
-    x = x.float() if x.dtype != torch.float64 else x
-    fmax = torch.finfo(dtype).max
-    y = torch.clamp(x, -fmax, fmax).to(torch.float32).to(dtype)
-    if saturate:
-        return y
-    over = _float8_overflow(x, dtype)
-    if dtype == torch.float8_e5m2:
-        special = torch.where(x > 0, math.inf, -math.inf).to(torch.float32)
-    else:
-        special = torch.full_like(x, math.nan, dtype=torch.float32)
-    return torch.where(over, special.to(dtype).view(torch.uint8), y.view(torch.uint8)).view(dtype)
-
-
-def cast_tensor(x: torch.Tensor, dtype: torch.dtype, saturate: bool = True) -> torch.Tensor:
-    """x converted to dtype with ONNX Cast semantics."""
-    if x.dtype == dtype:
-        return x
-    if dtype in _FLOAT8:
-        return _to_float8(x, dtype, saturate)
-    if x.dtype in _FLOAT8:
-        x = x.to(torch.float32)  # exact, and torch converts float8 to few types directly
-    if dtype == torch.bool and x.dtype in WIDE_UINTS:
-        return x != 0
-    return x.to(dtype)
-
-
-def _cast_dtype(ctx) -> DType:
-    to = ctx.attr("to")
-    if to is None:
-        raise ValueError("Cast needs the 'to' attribute")
-    return DType.from_onnx(int(to), f"the 'to' attribute of node '{ctx.node.name}'")
-
-
-def _cast_infer(ctx: InferContext) -> list[TensorType]:
-    t = ctx.input(0)
-    return [TensorType(_cast_dtype(ctx), t.shape if t else None)]
-
-
-@register("Cast", infer=_cast_infer)
-def cast(ctx, x):
-    return cast_tensor(x, _cast_dtype(ctx).torch, bool(ctx.attr("saturate", 1)))
-
-
-def _castlike_infer(ctx: InferContext) -> list[TensorType]:
-    t, like = ctx.input(0), ctx.input(1)
-    return [TensorType(like.dtype if like else None, t.shape if t else None)]
-
-
-@register("CastLike", infer=_castlike_infer, since=15)
-def cast_like(ctx, x, like):
-    return cast_tensor(x, like.dtype, bool(ctx.attr("saturate", 1)))
-
-
-@register("BitCast", infer=_cast_infer, since=26)
-def bit_cast(ctx, x):
-    dtype = _cast_dtype(ctx).torch
-    if dtype.itemsize != x.dtype.itemsize:
-        raise ValueError(f"BitCast needs types of the same width, got {x.dtype} to {dtype}")
-    if x.dtype == torch.bool or dtype == torch.bool:
-        # bool is one byte but only 0/1 are valid bool values.
-        if dtype == torch.bool:
-            return x.view(torch.uint8) != 0
-        return x.to(torch.uint8).view(dtype)
-    return x.contiguous().view(dtype)
