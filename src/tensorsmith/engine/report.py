@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
+import torch
+
 from ..ir import DType, Graph, Value
 
 
@@ -72,20 +74,21 @@ class LayerReport:
 
 def layer_report(graph: Graph, tactic_of=lambda layer: "reference") -> LayerReport:
     """`precision` is the float type a Layer computes in (its outputs may be cast to another one:
-    a float32 override in a half build), else its outputs' types."""
+    a float32 override in a half build, or the tuner's float32 variant), else its outputs' types."""
     from ..tactics.base import layer_dtype
 
     rows = []
     for i, layer in enumerate(graph.layers or []):
         outs = layer.outputs(graph)
-        compute = layer_dtype(layer, graph, None)
+        tactic = tactic_of(layer)
+        compute = torch.float32 if tactic == "float32" else layer_dtype(layer, graph, None)
         precision = str(DType.from_torch(compute)) if compute is not None else \
             ",".join(sorted({str(v.type.dtype) for v in outs if v.type and v.type.dtype})) or "?"
         rows.append(LayerInfo(
             index=i, name=layer.name, kind=layer.kind, ops=[n.op_type for n in layer.nodes],
             sources=layer.sources, inputs=[TensorInfo.of(v) for v in layer.inputs(graph)],
             outputs=[TensorInfo.of(v) for v in outs], weights=len(layer.weights(graph)),
-            tactic=tactic_of(layer), precision=precision,
+            tactic=tactic, precision=precision,
         ))
     return LayerReport(rows)
 

@@ -18,4 +18,6 @@ for _family in ("elementwise", "norm", "attention", "conv", "gemm", "pool"):
     except ImportError:
         pass
 
+from . import float32  # noqa: E402,F401,I001  (half Layers timed in float32 too; registered last)
+
 __all__ = ["LayerContext", "REFERENCE", "Runner", "TACTICS", "Tactic", "get_tactic", "register_tactic"]
