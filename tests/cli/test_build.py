@@ -34,7 +34,9 @@ def test_a_profile_from_min_opt_max_shapes(tsm, mlp_path, tmp_path):
     assert profile.to_data() == {"x": {"min": [1, 4], "opt": [4, 4], "max": [8, 4]}}
 
 
-def test_disable_pass_reaches_the_builder(tsm, mlp_path, monkeypatch):
+@pytest.fixture
+def builder_kwargs(monkeypatch) -> dict:
+    """The keyword arguments the CLI hands tensorsmith.builder.build (filled when it is called)."""
     import tensorsmith.builder
 
     seen = {}
@@ -45,6 +47,11 @@ def test_disable_pass_reaches_the_builder(tsm, mlp_path, monkeypatch):
         return real(model, **kw)
 
     monkeypatch.setattr(tensorsmith.builder, "build", spy)
+    return seen
+
+
+def test_disable_pass_reaches_the_builder(tsm, mlp_path, builder_kwargs):
+    seen = builder_kwargs
     r = tsm("build", mlp_path, "--target", "cpu", "--disable-pass", "layer_fusion", "--disable-pass",
             "constant_folding", "--workspace", "64", "--timing-cache", mlp_path.parent / "cache.json")
     assert r.exit_code == 0, r.stderr
@@ -52,17 +59,8 @@ def test_disable_pass_reaches_the_builder(tsm, mlp_path, monkeypatch):
     assert seen["workspace"] == 64 * 2**20 and seen["precision"] == "fp32" and seen["target"] == "cpu"
 
 
-def test_layer_precision_and_strict_reach_the_builder(tsm, mlp_path, monkeypatch):
-    import tensorsmith.builder
-
-    seen = {}
-    real = tensorsmith.builder.build
-
-    def spy(model, **kw):
-        seen.update(kw)
-        return real(model, **kw)
-
-    monkeypatch.setattr(tensorsmith.builder, "build", spy)
+def test_layer_precision_and_strict_reach_the_builder(tsm, mlp_path, builder_kwargs):
+    seen = builder_kwargs
     out = mlp_path.parent / "strict.tsmith"
     r = tsm("build", mlp_path, "-o", out, "--target", "cpu", "--layer-precision", "fc*=fp32",
             "--layer-precision", "relu1=FP32", "--strict")
