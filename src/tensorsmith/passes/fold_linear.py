@@ -207,8 +207,8 @@ def residual_bias_merging(graph: Graph) -> bool:
     """A residual Add of two biased Convs (a ResNet block's last conv and its downsample conv,
     after BatchNorm folding) needs one bias, not two. cuDNN applies a bias for free only where it
     fuses the epilogue (conv + bias + add + relu); elsewhere PyTorch adds it in a pass of its own
-    over the output. Layer grouping (passes/layers.py) gives the Add to the Conv that comes first
-    in node order, so that Conv takes both biases and the other one keeps none."""
+    over the output. The Conv first in node order takes both biases and the other keeps none;
+    Layer grouping (passes/layers.py) then gives the Add to the biased Conv, whatever the order."""
     changed = False
     for add in list(graph.nodes):
         if add.op_type != "Add" or add.domain or add.graph is not graph or len(add.inputs) != 2:
@@ -216,9 +216,9 @@ def residual_bias_merging(graph: Graph) -> bool:
         convs = [_biased_conv_into(graph, v, add) for v in add.inputs]
         if None in convs or convs[0] is convs[1]:
             continue
-        shapes = [c.outputs[0].type.shape if c.outputs[0].type is not None else None for c in convs]
-        if shapes[0] is None or shapes[0] != shapes[1] or shapes[0] != (add.outputs[0].type.shape if add.outputs[0].type else None):
-            continue
+        shapes = {v.type.shape if v.type is not None else None for v in [c.outputs[0] for c in convs] + add.outputs}
+        if len(shapes) != 1 or None in shapes:
+            continue  # a broadcasting Add would spread the bias over more than one output
         order = {id(n): i for i, n in enumerate(graph.nodes)}
         keep, drop = sorted(convs, key=lambda n: order[id(n)])
         w = constant_value(graph, keep.inputs[1])
