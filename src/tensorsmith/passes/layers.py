@@ -105,7 +105,7 @@ def _grow_epilogue(graph: Graph, anchor: Node, owner: dict[int, Layer], layer: L
         user = _only_reader(graph, out)
         if user is None or id(user) in owner or node_kind(user) != "elementwise" or user.graph is not graph:
             return
-        if user is _only_reader(graph, anchor.outputs[0]) and _a_biased_conv_takes_it(graph, anchor, user, owner):
+        if out is anchor.outputs[0] and _a_biased_conv_takes_it(graph, anchor, user, owner):
             return
         if layer.kind == "matmul" and _feeds_a_norm_only(graph, user):
             return
